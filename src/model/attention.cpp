@@ -1,0 +1,132 @@
+#include "model/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace lol {
+namespace {
+
+int64_t size_class(int64_t length) {
+  int64_t c = 1;
+  while (c < length) c <<= 1;
+  return c;
+}
+
+torch::Tensor to_device(const std::vector<int64_t>& values, torch::Device device) {
+  auto t = torch::from_blob(const_cast<int64_t*>(values.data()),
+                            {static_cast<int64_t>(values.size())}, torch::kInt64)
+               .clone();
+  return t.to(device);
+}
+
+}  // namespace
+
+AttentionPlan build_attention_plan(const std::vector<Segment>& segments,
+                                   const std::vector<uint8_t>& router_only, int64_t num_tokens,
+                                   int64_t band, torch::Device device) {
+  // Group segments by the power of two above their length; each group pads to its longest.
+  std::map<int64_t, std::vector<const Segment*>> groups;
+  for (const auto& s : segments)
+    if (s.length > 0) groups[size_class(s.length)].push_back(&s);
+
+  AttentionPlan plan;
+  std::vector<int64_t> output_index(num_tokens, -1);
+  int64_t output_row = 0;
+  for (const auto& [cls, members] : groups) {
+    int64_t capacity = 0;
+    for (const Segment* s : members) capacity = std::max(capacity, s->length);
+    const int64_t count = static_cast<int64_t>(members.size());
+    std::vector<int64_t> gather(count * capacity);
+    std::vector<int64_t> valid;
+    auto allowed = torch::zeros({count, 1, capacity, capacity}, torch::kBool);
+    auto allowed_a = allowed.accessor<bool, 4>();
+    for (int64_t s = 0; s < count; ++s) {
+      const Segment& seg = *members[s];
+      for (int64_t c = 0; c < capacity; ++c) {
+        const bool real = c < seg.length;
+        gather[s * capacity + c] = seg.start + (real ? c : 0);
+        if (real) {
+          valid.push_back(s * capacity + c);
+          output_index[seg.start + c] = output_row++;
+        }
+      }
+      for (int64_t i = 0; i < capacity; ++i) {
+        for (int64_t j = 0; j <= i; ++j) {
+          const bool key_visible = j < seg.length && !router_only[seg.start + j];
+          const bool in_band = band <= 0 || i - j < band;
+          // The diagonal is always allowed: a router-only token sees itself, and padded
+          // query rows get a finite softmax (their outputs are dropped).
+          allowed_a[s][0][i][j] = (i == j) || (key_visible && in_band);
+        }
+      }
+    }
+    AttentionBucket bucket;
+    bucket.segments = count;
+    bucket.capacity = capacity;
+    bucket.gather = to_device(gather, device);
+    bucket.allowed = allowed.to(device);
+    bucket.valid = to_device(valid, device);
+    plan.buckets.push_back(std::move(bucket));
+  }
+  TORCH_CHECK(output_row == num_tokens, "attention segments must cover every token once");
+  plan.output_index = to_device(output_index, device);
+  return plan;
+}
+
+Rotary Rotary::at_positions(const torch::Tensor& positions, int64_t head_dim, double theta) {
+  const int64_t half = head_dim / 2;
+  auto options = torch::TensorOptions().dtype(torch::kFloat64).device(positions.device());
+  auto inv_freq = torch::pow(theta, -torch::arange(0, half, options) * 2.0 / head_dim);
+  auto angles = positions.to(torch::kFloat64).unsqueeze(1) * inv_freq.unsqueeze(0);  // (N, dh/2)
+  return Rotary{angles.cos().to(torch::kFloat32), angles.sin().to(torch::kFloat32)};
+}
+
+Rotary Rotary::select(const torch::Tensor& rows) const {
+  return Rotary{cos.index_select(0, rows), sin.index_select(0, rows)};
+}
+
+torch::Tensor Rotary::apply(const torch::Tensor& x) const {
+  const int64_t half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half);
+  auto x2 = x.narrow(-1, half, half);
+  auto c = cos.unsqueeze(1).to(x.scalar_type());  // (n, 1, dh/2)
+  auto s = sin.unsqueeze(1).to(x.scalar_type());
+  return torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+}
+
+torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                     const AttentionPlan& plan, const torch::Tensor& perm,
+                     const torch::Tensor& inverse_perm) {
+  const int64_t heads = q.size(1), kv_heads = k.size(1), head_dim = q.size(2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  std::vector<torch::Tensor> outputs;
+  outputs.reserve(plan.buckets.size());
+  for (const auto& b : plan.buckets) {
+    auto rows = perm.defined() ? inverse_perm.index_select(0, b.gather) : b.gather;
+    auto shape = [&](const torch::Tensor& t, int64_t h) {  // -> (segments, h, capacity, dh)
+      return t.index_select(0, rows).view({b.segments, b.capacity, h, head_dim}).transpose(1, 2);
+    };
+    auto qb = shape(q, heads);
+    auto kb = shape(k, kv_heads);
+    auto vb = shape(v, kv_heads);
+    if (kv_heads != heads) {
+      kb = kb.repeat_interleave(heads / kv_heads, 1);
+      vb = vb.repeat_interleave(heads / kv_heads, 1);
+    }
+#if TORCH_VERSION_MAJOR >= 2
+    auto out = at::scaled_dot_product_attention(qb, kb, vb, b.allowed);
+#else
+    auto scores = torch::matmul(qb, kb.transpose(-1, -2)).mul_(scale);
+    scores.masked_fill_(b.allowed.logical_not(), -std::numeric_limits<float>::infinity());
+    auto out = torch::matmul(torch::softmax(scores, -1), vb);
+#endif
+    out = out.transpose(1, 2).reshape({b.segments * b.capacity, heads * head_dim});
+    outputs.push_back(out.index_select(0, b.valid));
+  }
+  auto joined = outputs.size() == 1 ? outputs[0] : torch::cat(outputs, 0);
+  auto index = perm.defined() ? plan.output_index.index_select(0, perm) : plan.output_index;
+  return joined.index_select(0, index);
+}
+
+}  // namespace lol

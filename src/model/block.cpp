@@ -1,0 +1,142 @@
+#include "model/block.h"
+
+#include <algorithm>
+
+namespace lol {
+
+torch::Tensor rms_normalize(const torch::Tensor& x, double eps) {
+  return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
+}
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_normalize(x, eps) * weight; }
+
+FilmImpl::FilmImpl(int64_t depth, int64_t dim) {
+  gamma = register_parameter("gamma", torch::ones({depth, dim}));
+  beta = register_parameter("beta", torch::zeros({depth, dim}));
+}
+
+namespace {
+torch::nn::Linear linear(int64_t in, int64_t out) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+}  // namespace
+
+AttentionImpl::AttentionImpl(const ModelConfig& c)
+    : heads(c.n_heads), kv_heads(c.n_kv_heads), head_dim(c.head_dim()) {
+  q = register_module("q", linear(c.d_model, heads * head_dim));
+  k = register_module("k", linear(c.d_model, kv_heads * head_dim));
+  v = register_module("v", linear(c.d_model, kv_heads * head_dim));
+  o = register_module("o", linear(heads * head_dim, c.d_model));
+}
+
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
+  gate = register_module("gate", linear(dim, hidden));
+  up = register_module("up", linear(dim, hidden));
+  down = register_module("down", linear(hidden, dim));
+}
+
+torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
+  // gate and up in one GEMM: (n, d) x (d, 2F)
+  auto both = torch::nn::functional::linear(x, torch::cat({gate->weight, up->weight}, 0));
+  auto parts = both.chunk(2, -1);
+  return down->forward(torch::silu(parts[0]) * parts[1]);
+}
+
+MoeFeedForwardImpl::MoeFeedForwardImpl(const ModelConfig& c) : top_k(c.moe_top_k) {
+  experts = register_module("experts", torch::nn::ModuleList());
+  for (int64_t e = 0; e < c.moe_experts; ++e)
+    experts->push_back(FeedForward(c.d_model, c.ffn_hidden));
+  router = register_module("router", linear(c.d_model, c.moe_experts));
+  balance_bias = register_buffer("balance_bias", torch::zeros({c.moe_experts}));
+}
+
+torch::Tensor MoeFeedForwardImpl::forward(const torch::Tensor& x) {
+  // p = softmax(router(x)); experts chosen by top-k of p + bias; each weighted by its p
+  // (not renormalised, so top-1 still passes gradient to the router).
+  const int64_t n = x.size(0), num_experts = static_cast<int64_t>(experts->size());
+  auto probs = torch::softmax(router->forward(x), -1);                   // (n, E)
+  auto choice = std::get<1>((probs.detach() + balance_bias).topk(top_k, -1));  // (n, k)
+  auto gates = probs.gather(1, choice);                                  // (n, k)
+  auto choice_cpu = choice.to(torch::kCPU).contiguous();
+  const int64_t* chosen = choice_cpu.data_ptr<int64_t>();
+  std::vector<std::vector<int64_t>> rows(num_experts), slots(num_experts);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < top_k; ++j) {
+      rows[chosen[i * top_k + j]].push_back(i);
+      slots[chosen[i * top_k + j]].push_back(i * top_k + j);
+    }
+  last_load.assign(num_experts, 0);
+  auto out = torch::zeros_like(x);
+  auto flat_gates = gates.reshape({-1});
+  for (int64_t e = 0; e < num_experts; ++e) {
+    if (rows[e].empty()) continue;
+    last_load[e] = static_cast<int64_t>(rows[e].size());
+    auto idx = torch::tensor(rows[e], torch::kInt64).to(x.device());
+    auto slot = torch::tensor(slots[e], torch::kInt64).to(x.device());
+    auto y = experts[e]->as<FeedForward>()->forward(x.index_select(0, idx));
+    out = out.index_add(0, idx, y * flat_gates.index_select(0, slot).unsqueeze(1));
+  }
+  return out;
+}
+
+BlockImpl::BlockImpl(const ModelConfig& c, bool use_moe) {
+  attn_norm = register_module("attn_norm", RMSNorm(c.d_model, c.norm_eps));
+  attn = register_module("attn", Attention(c));
+  ffn_norm = register_module("ffn_norm", RMSNorm(c.d_model, c.norm_eps));
+  if (use_moe)
+    moe = register_module("ffn", MoeFeedForward(c));
+  else
+    ffn = register_module("ffn", FeedForward(c.d_model, c.ffn_hidden));
+}
+
+BlockImpl::QKV BlockImpl::attention_inputs(const torch::Tensor& x, const FilmRows* film) {
+  auto h = attn_norm->forward(x);
+  if (film) h = h * film->attn_gamma + film->attn_beta;
+  const int64_t n = x.size(0);
+  const int64_t q_cols = attn->heads * attn->head_dim, kv_cols = attn->kv_heads * attn->head_dim;
+  auto fused = torch::nn::functional::linear(
+      h, torch::cat({attn->q->weight, attn->k->weight, attn->v->weight}, 0));
+  auto parts = fused.split_with_sizes({q_cols, kv_cols, kv_cols}, -1);
+  return QKV{parts[0].reshape({n, attn->heads, attn->head_dim}),
+             parts[1].reshape({n, attn->kv_heads, attn->head_dim}),
+             parts[2].reshape({n, attn->kv_heads, attn->head_dim})};
+}
+
+torch::Tensor BlockImpl::finish(const torch::Tensor& x, const torch::Tensor& attended,
+                                const FilmRows* film) {
+  auto a = x + attn->o->forward(attended);
+  auto h = ffn_norm->forward(a);
+  if (film) h = h * film->ffn_gamma + film->ffn_beta;
+  return a + (moe ? moe->forward(h) : ffn->forward(h));
+}
+
+namespace {
+torch::Tensor cat_rows(std::vector<torch::Tensor>& parts) {
+  return parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
+}
+}  // namespace
+
+torch::Tensor run_blocks(const torch::Tensor& x, std::vector<BlockSlice> slices,
+                         const Rotary& rotary, const AttentionPlan& plan, const FilmRows* film,
+                         const torch::Tensor& perm, const torch::Tensor& inverse_perm) {
+  std::vector<torch::Tensor> qs, ks, vs;
+  for (auto& s : slices) {
+    auto qkv = s.block->attention_inputs(x.narrow(0, s.offset, s.count), film);
+    qs.push_back(qkv.q);
+    ks.push_back(qkv.k);
+    vs.push_back(qkv.v);
+  }
+  auto attended = attend(rotary.apply(cat_rows(qs)), rotary.apply(cat_rows(ks)), cat_rows(vs),
+                         plan, perm, inverse_perm);
+  std::vector<torch::Tensor> outs;
+  for (auto& s : slices)
+    outs.push_back(s.block->finish(x.narrow(0, s.offset, s.count),
+                                   attended.narrow(0, s.offset, s.count), film));
+  return cat_rows(outs);
+}
+
+}  // namespace lol

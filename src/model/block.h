@@ -1,0 +1,97 @@
+#pragma once
+// Transformer blocks (SPEC 1.1): pre-norm, bias-free, RMSNorm, rotary GQA attention, SwiGLU,
+// and the token-routed MoE feed-forward of the moe family. Children are registered under the
+// canonical checkpoint names (attn_norm, attn.q, ffn.gate, ...).
+#include <optional>
+
+#include <torch/torch.h>
+
+#include "model/attention.h"
+#include "model/config.h"
+
+namespace lol {
+
+struct RMSNormImpl : torch::nn::Module {
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;  // (d)
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+// x / sqrt(mean(x^2) + eps), without the learned weight.
+torch::Tensor rms_normalize(const torch::Tensor& x, double eps);
+
+// Depth-dependent scale and shift after a core norm: gamma[l] * x + beta[l] (SPEC 1.1).
+struct FilmImpl : torch::nn::Module {
+  FilmImpl(int64_t depth, int64_t dim);
+  torch::Tensor gamma, beta;  // (D, d)
+};
+TORCH_MODULE(Film);
+
+// The FiLM rows of one routed depth for both sublayers.
+struct FilmRows {
+  torch::Tensor attn_gamma, attn_beta, ffn_gamma, ffn_beta;  // (d) each
+};
+
+struct AttentionImpl : torch::nn::Module {
+  explicit AttentionImpl(const ModelConfig& c);
+  torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
+  int64_t heads, kv_heads, head_dim;
+};
+TORCH_MODULE(Attention);
+
+struct FeedForwardImpl : torch::nn::Module {
+  FeedForwardImpl(int64_t dim, int64_t hidden);
+  torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
+  torch::nn::Linear gate{nullptr}, up{nullptr}, down{nullptr};
+};
+TORCH_MODULE(FeedForward);
+
+// Top-k token routing over FFN experts with loss-free balancing bias (moe family).
+struct MoeFeedForwardImpl : torch::nn::Module {
+  explicit MoeFeedForwardImpl(const ModelConfig& c);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::ModuleList experts{nullptr};
+  torch::nn::Linear router{nullptr};  // (E, d)
+  torch::Tensor balance_bias;         // (E) buffer, moved by the trainer, not by gradient
+  int64_t top_k;
+  std::vector<int64_t> last_load;     // tokens per expert in the latest forward
+};
+TORCH_MODULE(MoeFeedForward);
+
+struct BlockImpl : torch::nn::Module {
+  explicit BlockImpl(const ModelConfig& c, bool moe = false);
+
+  // The projections before attention: q (n, H, dh), k and v (n, Hkv, dh), before rotary.
+  struct QKV {
+    torch::Tensor q, k, v;
+  };
+  QKV attention_inputs(const torch::Tensor& x, const FilmRows* film);
+  // Everything after attention: x + o(attn), then the feed-forward sublayer.
+  torch::Tensor finish(const torch::Tensor& x, const torch::Tensor& attended,
+                       const FilmRows* film);
+
+  RMSNorm attn_norm{nullptr}, ffn_norm{nullptr};
+  Attention attn{nullptr};
+  FeedForward ffn{nullptr};
+  MoeFeedForward moe{nullptr};  // registered as "ffn" in place of the dense FFN
+};
+TORCH_MODULE(Block);
+
+// One slice of rows that one block processes: rows [offset, offset + count) of x.
+struct BlockSlice {
+  Block block;
+  int64_t offset = 0;
+  int64_t count = 0;
+};
+
+// Runs blocks over disjoint row slices that together cover x, with one shared attention
+// call: the per-slice projections, then attention over the plan's segments, then the
+// per-slice output projection and feed-forward. A dense layer is one slice; a routed depth
+// has one slice per selected expert. perm / inverse_perm as in attend().
+torch::Tensor run_blocks(const torch::Tensor& x, std::vector<BlockSlice> slices,
+                         const Rotary& rotary, const AttentionPlan& plan, const FilmRows* film,
+                         const torch::Tensor& perm = {}, const torch::Tensor& inverse_perm = {});
+
+}  // namespace lol

@@ -1,0 +1,55 @@
+#pragma once
+// The architecture of a model: every hyperparameter that changes which tensors exist or what
+// the forward pass computes. Serialised as config.json beside the weights (SPEC section 2).
+#include <string>
+#include <vector>
+
+#include "util/fields.h"
+
+namespace lol {
+
+struct ModelConfig {
+  std::string family = "lol";     // lol | dense | looped | moe (SPEC 1.9)
+  int64_t vocab_size = 256;       // token ids are in [0, vocab_size)
+  int64_t d_model = 64;           // residual width d
+  int64_t n_heads = 4;            // query heads H; head size is d_model / n_heads
+  int64_t n_kv_heads = 4;         // key/value heads (grouped-query attention when < n_heads)
+  int64_t ffn_hidden = 176;       // SwiGLU hidden size F
+  int64_t n_prelude = 1;          // fixed blocks before the core (full causal attention)
+  int64_t core_depth = 4;         // D: routed depths (lol) or core layers (other families)
+  int64_t library_size = 4;       // L: library experts (lol only)
+  int64_t n_coda = 1;             // fixed blocks after the core
+  int64_t window = 16;            // W: tokens per core window
+  int64_t stride = 8;             // S: window offset added per routed depth
+  bool router_tied = true;        // one router matrix for all depths (false: one per depth)
+  double router_noise_std = 0.0;  // std of Gaussian noise on router logits, training only
+  double balance_rate = 1e-3;     // u: loss-free balancing bias step (SPEC 1.7)
+  std::string balance_count = "windows";  // windows | tokens: what a load counts
+  bool balance_window0 = false;   // count window 0 (content-independent route) in the load
+  double rope_theta = 10000.0;    // rotary base
+  double norm_eps = 1e-5;         // RMSNorm epsilon
+  bool tie_embeddings = true;     // LM head shares the embedding matrix
+  int64_t max_seq_len = 1024;     // longest document the model is meant for
+  std::string core_attention = "full";  // dense/looped/moe core: full | sliding | strided
+  int64_t loop_blocks = 1;        // R: distinct blocks of the looped core (core_depth % R == 0)
+  int64_t moe_experts = 4;        // FFN experts per MoE layer
+  int64_t moe_top_k = 1;          // experts per token in MoE layers
+  double init_std = 0.02;         // std of the normal initialisation of weight matrices
+
+  int64_t head_dim() const { return d_model / n_heads; }
+  bool is_lol() const { return family == "lol"; }
+
+  // Throws lol::Error naming the first field that breaks its rule.
+  void validate() const;
+  json to_json() const;
+  static ModelConfig from_json(const json& object);  // defaults for absent keys, then validate
+  static const std::vector<Field<ModelConfig>>& fields();
+};
+
+// A named preset from configs/ (searched next to the binary and in the source tree), or a
+// JSON file path. Overrides "key=value" are applied in order, then the result is validated.
+ModelConfig load_model_config(const std::string& preset_or_path,
+                              const std::vector<std::string>& overrides = {});
+std::string find_preset_file(const std::string& name);
+
+}  // namespace lol

@@ -1,0 +1,193 @@
+#include "model/router.h"
+
+#include <cmath>
+#include <limits>
+
+#include "util/files.h"
+
+namespace lol {
+
+const ForcedPath::Entry* ForcedPath::find(int64_t depth, int64_t ordinal) const {
+  auto d = depths.find(depth);
+  if (d == depths.end() || d->second.empty()) return nullptr;
+  const auto& entries = d->second;
+  const int64_t last = entries.rbegin()->first;
+  auto e = entries.find(std::min(ordinal, last));
+  return e == entries.end() ? nullptr : &e->second;
+}
+
+void ForcedPath::validate(int64_t core_depth, int64_t library_size) const {
+  for (const auto& [depth, entries] : depths) {
+    LOL_CHECK(depth >= 1 && depth <= core_depth, "forced path: depth ", depth,
+              " is outside the core depths 1..", core_depth);
+    for (const auto& [ordinal, entry] : entries) {
+      if (entry.expert)
+        LOL_CHECK(*entry.expert >= 0 && *entry.expert < library_size, "forced path: depth ",
+                  depth, " window ", ordinal, ": expert ", *entry.expert,
+                  " is outside the library 0..", library_size - 1);
+    }
+  }
+}
+
+ForcedPath ForcedPath::from_json(const json& object) {
+  LOL_CHECK(object.is_object() && object.contains("entries") && object["entries"].is_array(),
+            "forced path must be an object with an \"entries\" array");
+  ForcedPath path;
+  int64_t index = 0;
+  for (const auto& item : object["entries"]) {
+    auto where = "forced path entry " + std::to_string(index++);
+    LOL_CHECK(item.is_object(), where, " must be an object");
+    for (const auto& [key, value] : item.items())
+      LOL_CHECK(key == "depth" || key == "window" || key == "expert" || key == "gate", where,
+                ": unknown key '", key, "'");
+    LOL_CHECK(item.contains("depth") && item["depth"].is_number_integer(), where,
+              ": \"depth\" must be an integer (1-based)");
+    LOL_CHECK(item.contains("window") && item["window"].is_number_integer() &&
+                  item["window"].get<int64_t>() >= 0,
+              where, ": \"window\" must be an integer >= 0");
+    Entry entry;
+    if (item.contains("expert")) {
+      LOL_CHECK(item["expert"].is_number_integer(), where, ": \"expert\" must be an integer");
+      entry.expert = item["expert"].get<int64_t>();
+    }
+    if (item.contains("gate")) {
+      LOL_CHECK(item["gate"].is_number() && std::isfinite(item["gate"].get<double>()), where,
+                ": \"gate\" must be a finite number");
+      entry.gate = item["gate"].get<double>();
+    }
+    LOL_CHECK(entry.expert || entry.gate, where, ": needs \"expert\", \"gate\" or both");
+    auto& slot = path.depths[item["depth"].get<int64_t>()][item["window"].get<int64_t>()];
+    slot = entry;
+  }
+  return path;
+}
+
+ForcedPath ForcedPath::load(const std::string& path) {
+  json object = json::parse(read_text_file(path), nullptr, false);
+  LOL_CHECK(!object.is_discarded(), path, ": not valid JSON");
+  try {
+    return from_json(object);
+  } catch (const Error& e) {
+    fail(path, ": ", e.what());
+  }
+}
+
+json ForcedPath::to_json() const {
+  json entries = json::array();
+  for (const auto& [depth, by_ordinal] : depths)
+    for (const auto& [ordinal, entry] : by_ordinal) {
+      json item = {{"depth", depth}, {"window", ordinal}};
+      if (entry.expert) item["expert"] = *entry.expert;
+      if (entry.gate) item["gate"] = *entry.gate;
+      entries.push_back(item);
+    }
+  return json{{"entries", entries}};
+}
+
+RouterImpl::RouterImpl(const ModelConfig& c) : noise_std(c.router_noise_std) {
+  const int64_t copies = c.router_tied ? 1 : c.core_depth;
+  weight = register_parameter("weight", torch::zeros({copies, c.library_size, c.d_model}));
+  depth_vectors = register_parameter("depth_vectors", torch::zeros({c.core_depth, c.d_model}));
+  balance_bias = register_buffer("balance_bias", torch::zeros({c.library_size}));
+}
+
+RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
+                                 const WindowPartition& part, const Layout& layout,
+                                 bool add_noise, const ForcedPath* force) const {
+  const auto& windows = part.windows;
+  const int64_t num_windows = static_cast<int64_t>(windows.size());
+  const int64_t d = states.size(1);
+  const auto device = states.device();
+
+  // mu_k: mean state of each window (router-only tokens included; there is no padding).
+  std::vector<int64_t> lengths, first_token, slot_prev, ordinals;
+  int64_t max_windows = 0;
+  for (const auto& w : windows) max_windows = std::max(max_windows, w.ordinal + 1);
+  for (const auto& w : windows) {
+    lengths.push_back(w.length);
+    first_token.push_back(layout.documents()[w.document].start);
+    slot_prev.push_back(w.document * max_windows + std::max<int64_t>(w.ordinal - 1, 0));
+    ordinals.push_back(w.ordinal);
+  }
+  auto as_tensor = [&](const std::vector<int64_t>& v) {
+    return torch::tensor(v, torch::kInt64).to(device);
+  };
+  auto ordinal_t = as_tensor(ordinals);
+  auto sums = torch::zeros({num_windows, d}, states.options()).index_add(0, part.token_window_t, states);
+  auto mu = sums / as_tensor(lengths).to(states.scalar_type()).unsqueeze(1);
+
+  // r_k = mean of mu_0..mu_{k-1} within the document: cumulative sums over a
+  // (documents, max windows) grid, so no sum runs across documents.
+  const int64_t num_docs = static_cast<int64_t>(layout.documents().size());
+  std::vector<int64_t> slots;
+  for (const auto& w : windows) slots.push_back(w.document * max_windows + w.ordinal);
+  auto grid = torch::zeros({num_docs * max_windows, d}, states.options())
+                  .index_copy(0, as_tensor(slots), mu)
+                  .view({num_docs, max_windows, d})
+                  .cumsum(1)
+                  .view({num_docs * max_windows, d});
+  auto prefix_mean = grid.index_select(0, as_tensor(slot_prev)) /
+                     ordinal_t.clamp_min(1).to(states.scalar_type()).unsqueeze(1);
+  auto first = (states.index_select(0, as_tensor(first_token)) + depth_vectors[depth - 1]) / 2;
+  auto inputs = torch::where((ordinal_t == 0).unsqueeze(1), first, prefix_mean);  // (Nw, d)
+
+  auto router_matrix = weight[weight.size(0) == 1 ? 0 : depth - 1];  // (L, d)
+  auto logits = torch::matmul(inputs, router_matrix.t());             // (Nw, L)
+  if (add_noise && noise_std > 0) logits = logits + torch::randn_like(logits) * noise_std;
+  auto probs = torch::softmax(logits, -1);
+
+  RouteDecisions out;
+  out.depth = depth;
+  out.partition = &part;
+  out.router_inputs = inputs;
+  out.probs = probs;
+  auto biased = (probs.detach() + balance_bias).to(torch::kCPU).to(torch::kFloat64).contiguous();
+  const int64_t L = biased.size(1);
+  const double* b = biased.data_ptr<double>();
+  std::vector<int64_t> chosen(num_windows);
+  std::vector<double> forced_gate_values(num_windows, 0.0);
+  out.forced_expert.assign(num_windows, 0);
+  out.forced_gate.assign(num_windows, 0);
+  out.margins.assign(num_windows, std::numeric_limits<double>::infinity());
+  out.router_choice.resize(num_windows);
+  for (int64_t w = 0; w < num_windows; ++w) {
+    int64_t best = 0;
+    for (int64_t m = 1; m < L; ++m)
+      if (b[w * L + m] > b[w * L + best]) best = m;
+    double second = -std::numeric_limits<double>::infinity();
+    for (int64_t m = 0; m < L; ++m)
+      if (m != best) second = std::max(second, b[w * L + m]);
+    if (L > 1) out.margins[w] = b[w * L + best] - second;
+    out.router_choice[w] = best;
+    chosen[w] = best;
+    if (force) {
+      if (const auto* entry = force->find(depth, windows[w].ordinal)) {
+        if (entry->expert) {
+          chosen[w] = *entry->expert;
+          out.forced_expert[w] = 1;
+        }
+        if (entry->gate) {
+          forced_gate_values[w] = *entry->gate;
+          out.forced_gate[w] = 1;
+        }
+      }
+    }
+  }
+  out.experts = chosen;
+  // alpha = p_rho: the only path from the loss to the router (no gradient through argmax).
+  auto gates = probs.gather(1, as_tensor(chosen).unsqueeze(1)).squeeze(1);
+  bool any_forced_gate = false;
+  for (auto f : out.forced_gate) any_forced_gate |= f != 0;
+  if (any_forced_gate) {
+    std::vector<uint8_t> mask(out.forced_gate.begin(), out.forced_gate.end());
+    auto mask_t = torch::tensor(std::vector<int64_t>(mask.begin(), mask.end()), torch::kInt64)
+                      .to(device)
+                      .to(torch::kBool);
+    auto values = torch::tensor(forced_gate_values, torch::kFloat64).to(device).to(gates.scalar_type());
+    gates = torch::where(mask_t, values, gates);
+  }
+  out.gates = gates;
+  return out;
+}
+
+}  // namespace lol

@@ -1,0 +1,60 @@
+#pragma once
+// The prefix router of the routed core (SPEC 1.4) and forced routing (SPEC 1.6).
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/config.h"
+#include "model/layout.h"
+
+namespace lol {
+
+// A forced path: for some (depth, window ordinal), an expert id and/or a gate. Beyond the last
+// ordinal a depth covers, its last covered ordinal applies. Applies to every document.
+struct ForcedPath {
+  struct Entry {
+    std::optional<int64_t> expert;
+    std::optional<double> gate;
+  };
+  std::map<int64_t, std::map<int64_t, Entry>> depths;  // depth l (1-based) -> ordinal -> entry
+
+  const Entry* find(int64_t depth, int64_t ordinal) const;
+  // Throws naming the entry when a depth or expert is outside the model.
+  void validate(int64_t core_depth, int64_t library_size) const;
+  static ForcedPath from_json(const json& object);
+  static ForcedPath load(const std::string& path);
+  json to_json() const;
+};
+
+// Routing of every window of one depth. Tensors keep their autograd history (gates carry the
+// router's gradient); the vectors are host copies for inspection, balancing and forcing.
+struct RouteDecisions {
+  int64_t depth = 0;                // l, 1-based
+  const WindowPartition* partition = nullptr;
+  std::vector<int64_t> experts;     // rho per window
+  std::vector<uint8_t> forced_expert, forced_gate;
+  std::vector<int64_t> router_choice;  // argmax of p + b before forcing
+  std::vector<double> margins;      // best minus second-best of p + b (inf when L = 1)
+  torch::Tensor router_inputs;      // (windows, d)
+  torch::Tensor probs;              // (windows, L) softmax before the bias
+  torch::Tensor gates;              // (windows) alpha
+};
+
+struct RouterImpl : torch::nn::Module {
+  explicit RouterImpl(const ModelConfig& c);
+
+  // states: (N, d) core input at depth l in flat order.
+  RouteDecisions route(const torch::Tensor& states, int64_t depth, const WindowPartition& part,
+                       const Layout& layout, bool add_noise, const ForcedPath* force) const;
+
+  torch::Tensor weight;          // (R, L, d): R = 1 tied, R = D untied
+  torch::Tensor depth_vectors;   // (D, d): e[l]
+  torch::Tensor balance_bias;    // (L) buffer
+  double noise_std;
+};
+TORCH_MODULE(Router);
+
+}  // namespace lol

@@ -1,0 +1,96 @@
+#pragma once
+// One list of fields per config struct drives JSON load/save, `--set key=value` overrides and
+// help text, so a field is declared once. Each field knows its name, its help line and how to
+// convert itself to and from JSON with a type check that names the field.
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+
+namespace lol {
+
+using nlohmann::json;
+
+template <typename Config>
+struct Field {
+  std::string name;
+  std::string help;
+  std::function<json(const Config&)> get;
+  std::function<void(Config&, const json&)> set;
+};
+
+namespace detail {
+template <typename T>
+T json_as(const std::string& name, const json& value) {
+  if constexpr (std::is_same_v<T, bool>) {
+    LOL_CHECK(value.is_boolean(), "config key '", name, "' must be true or false, got ", value.dump());
+    return value.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    bool integral = value.is_number_integer() ||
+                    (value.is_number_float() && value.get<double>() == static_cast<double>(
+                                                                         value.get<int64_t>()));
+    LOL_CHECK(integral, "config key '", name, "' must be an integer, got ", value.dump());
+    return static_cast<T>(value.get<int64_t>());
+  } else if constexpr (std::is_floating_point_v<T>) {
+    LOL_CHECK(value.is_number(), "config key '", name, "' must be a number, got ", value.dump());
+    return value.get<T>();
+  } else {
+    LOL_CHECK(value.is_string(), "config key '", name, "' must be a string, got ", value.dump());
+    return value.get<std::string>();
+  }
+}
+}  // namespace detail
+
+// field("window", &ModelConfig::window, "tokens per routed window")
+template <typename Config, typename T>
+Field<Config> field(const std::string& name, T Config::*member, const std::string& help) {
+  return Field<Config>{
+      name, help, [member](const Config& c) { return json(c.*member); },
+      [member, name](Config& c, const json& v) { c.*member = detail::json_as<T>(name, v); }};
+}
+
+template <typename Config>
+json fields_to_json(const std::vector<Field<Config>>& fields, const Config& config) {
+  json out = json::object();
+  for (const auto& f : fields) out[f.name] = f.get(config);
+  return out;
+}
+
+template <typename Config>
+const Field<Config>& find_field(const std::vector<Field<Config>>& fields,
+                                const std::string& name) {
+  for (const auto& f : fields)
+    if (f.name == name) return f;
+  std::string known;
+  for (const auto& f : fields) known += (known.empty() ? "" : ", ") + f.name;
+  fail("unknown config key '", name, "' (known keys: ", known, ")");
+}
+
+// Applies every key of `object` on top of `config`; unknown keys are errors.
+template <typename Config>
+void fields_from_json(const std::vector<Field<Config>>& fields, const json& object,
+                      Config& config) {
+  LOL_CHECK(object.is_object(), "config must be a JSON object, got ", object.type_name());
+  for (const auto& [key, value] : object.items()) find_field(fields, key).set(config, value);
+}
+
+// Applies one "key=value" override. The value is read as JSON when it parses (numbers,
+// true/false), and as a plain string otherwise (family=dense).
+template <typename Config>
+void apply_override(const std::vector<Field<Config>>& fields, const std::string& assignment,
+                    Config& config) {
+  auto eq = assignment.find('=');
+  LOL_CHECK(eq != std::string::npos && eq > 0, "override must look like key=value, got '",
+            assignment, "'");
+  const std::string key = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = text;
+  find_field(fields, key).set(config, value);
+}
+
+}  // namespace lol

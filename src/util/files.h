@@ -1,0 +1,19 @@
+#pragma once
+// Whole-file reads and atomic writes. A write goes to a temporary file beside the target,
+// is flushed to disk, then renamed over it, so a reader (or a crash) never sees half a file.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lol {
+
+std::string read_text_file(const std::string& path);
+void write_file_atomic(const std::string& path, const void* data, size_t size);
+void write_file_atomic(const std::string& path, const std::string& text);
+// Writes several byte ranges in sequence into one file atomically (header + tensor data).
+void write_file_atomic(const std::string& path,
+                       const std::vector<std::pair<const void*, size_t>>& pieces);
+void make_directories(const std::string& path);
+bool path_exists(const std::string& path);
+
+}  // namespace lol

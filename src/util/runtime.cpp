@@ -1,0 +1,68 @@
+#include "util/runtime.h"
+
+#include <dlfcn.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include <torch/torch.h>
+
+namespace lol {
+namespace {
+
+// OpenBLAS is found at run time so the binary also runs (slowly) on another BLAS.
+using SetThreadsFn = void (*)(int);
+using GetThreadsFn = int (*)();
+using GetConfigFn = char* (*)();
+
+template <typename Fn>
+Fn find_symbol(const char* name) {
+  return reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, name));
+}
+
+}  // namespace
+
+void ensure_runtime_environment(char** argv) {
+  if (std::getenv("LOL_RUNTIME_ENV") != nullptr) return;
+  bool changed = false;
+  auto set_default = [&](const char* name, const char* value) {
+    if (std::getenv(name) == nullptr) {
+      ::setenv(name, value, 1);
+      changed = true;
+    }
+  };
+  set_default("OMP_WAIT_POLICY", "PASSIVE");
+  set_default("OPENBLAS_THREAD_TIMEOUT", "4");
+  ::setenv("LOL_RUNTIME_ENV", "1", 1);
+  if (changed) {
+    ::execv("/proc/self/exe", argv);
+    // execv only returns on failure; carry on with the settings we have.
+  }
+}
+
+void configure_runtime(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);
+  if (auto set_blas = find_symbol<SetThreadsFn>("openblas_set_num_threads")) set_blas(threads);
+  ::mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 512 << 20);
+}
+
+RuntimeInfo runtime_info() {
+  RuntimeInfo info;
+  info.torch_threads = at::get_num_threads();
+  if (auto get_config = find_symbol<GetConfigFn>("openblas_get_config")) {
+    info.blas = std::string("OpenBLAS ") + get_config();
+  } else if (find_symbol<void*>("cblas_sgemm") != nullptr) {
+    info.blas = "unknown BLAS (not OpenBLAS: expect ~30x slower GEMM)";
+  } else {
+    info.blas = "none found";
+  }
+  auto get_threads = find_symbol<GetThreadsFn>("openblas_get_num_threads");
+  info.blas_threads = get_threads ? get_threads() : -1;
+  return info;
+}
+
+}  // namespace lol

@@ -1,0 +1,71 @@
+#pragma once
+#include <random>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "model/checkpoint.h"
+#include "model/model.h"
+#include "reference.h"
+
+namespace lol::testing {
+
+inline ModelConfig tiny_config(const std::string& family = "lol") {
+  ModelConfig c;
+  c.family = family;
+  c.vocab_size = 32;
+  c.d_model = 16;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn_hidden = 24;
+  c.n_prelude = 1;
+  c.core_depth = 3;
+  c.library_size = 3;
+  c.n_coda = 1;
+  c.window = 4;
+  c.stride = 2;
+  c.loop_blocks = 1;
+  c.moe_experts = 3;
+  c.moe_top_k = 2;
+  c.max_seq_len = 64;
+  return c;
+}
+
+// A model whose router is sharp enough that routes are decided by clear margins.
+inline LanguageModel make_model(const ModelConfig& c, uint64_t seed, double router_scale = 30.0) {
+  LanguageModel model(c);
+  model->initialize(seed);
+  torch::NoGradGuard no_grad;
+  for (auto& [name, t] : model->named_state()) {
+    if (name == "router.weight" || name.find("ffn.router.weight") != std::string::npos)
+      t.mul_(router_scale);
+    if (name.find(".gamma") != std::string::npos || name.find(".beta") != std::string::npos ||
+        name.find("norm.weight") != std::string::npos) {
+      // Move FiLM and norms off their identity start so tests see them act.
+      auto gen = at::detail::createCPUGenerator(seed + 7);
+      t.add_(at::normal(0.0, 0.2, t.sizes(), gen));
+    }
+    if (name == "router.depth_vectors") t.mul_(20.0);
+  }
+  return model;
+}
+
+inline TensorMap weights_of(const LanguageModel& model) {
+  TensorMap out;
+  for (auto& [name, t] : model->named_state()) out[name] = t.detach().clone();
+  return out;
+}
+
+inline std::vector<int64_t> random_tokens(std::mt19937& rng, int64_t n, int64_t vocab) {
+  std::uniform_int_distribution<int64_t> dist(0, vocab - 1);
+  std::vector<int64_t> out(n);
+  for (auto& t : out) t = dist(rng);
+  return out;
+}
+
+inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
+}  // namespace lol::testing
