@@ -1,0 +1,203 @@
+#include <filesystem>
+#include <fstream>
+
+#include "helpers.h"
+#include "util/files.h"
+
+namespace lol {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::make_model;
+using testing::max_abs_diff;
+using testing::tiny_config;
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("lol_ckpt_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes a file made of a header length, a header and `data_bytes` zero bytes.
+  std::string write_raw(const std::string& header, uint64_t declared_len, size_t data_bytes) {
+    fs::create_directories(dir_);
+    std::string path = (dir_ / "raw.safetensors").string();
+    std::ofstream out(path, std::ios::binary);
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>(declared_len >> (8 * i)));
+    out << header << std::string(data_bytes, '\0');
+    return path;
+  }
+  std::string error_of(const std::string& path) {
+    try {
+      read_safetensors(path);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+  std::string header_case(const std::string& header, size_t data_bytes) {
+    return error_of(write_raw(header, header.size(), data_bytes));
+  }
+  fs::path dir_;
+};
+
+TEST_F(CheckpointTest, SaveLoadGivesIdenticalLogitsForEveryFamily) {
+  for (std::string family : {"lol", "dense", "looped", "moe"}) {
+    auto c = tiny_config(family);
+    c.router_tied = family != "lol";
+    c.tie_embeddings = family == "dense";
+    auto model = make_model(c, 42);
+    save_model(model, dir_.string());
+    auto loaded = load_model(dir_.string());
+    EXPECT_EQ(loaded->config().to_json(), c.to_json());
+    torch::NoGradGuard no_grad;
+    Layout layout(Batch::single({1, 5, 7, 2, 9, 3, 3, 8, 1}, 2, {3}), c.vocab_size, torch::kCPU);
+    EXPECT_EQ(max_abs_diff(model->forward(layout).logits, loaded->forward(layout).logits), 0.0)
+        << family;
+  }
+}
+
+TEST_F(CheckpointTest, CanonicalNamesAndShapesOfTheLolFamily) {
+  auto c = tiny_config();
+  c.router_tied = false;
+  c.tie_embeddings = false;
+  auto model = make_model(c, 1);
+  save_model(model, dir_.string());
+  auto tensors = read_safetensors((dir_ / "model.safetensors").string());
+  const int64_t d = c.d_model, dh = c.head_dim();
+  std::map<std::string, std::vector<int64_t>> expected = {
+      {"embed.weight", {c.vocab_size, d}},
+      {"library.2.attn_norm.weight", {d}},
+      {"library.0.attn.q.weight", {c.n_heads * dh, d}},
+      {"prelude.0.attn.k.weight", {c.n_kv_heads * dh, d}},
+      {"coda.0.attn.v.weight", {c.n_kv_heads * dh, d}},
+      {"library.1.attn.o.weight", {d, c.n_heads * dh}},
+      {"library.1.ffn_norm.weight", {d}},
+      {"library.1.ffn.gate.weight", {c.ffn_hidden, d}},
+      {"library.1.ffn.up.weight", {c.ffn_hidden, d}},
+      {"library.1.ffn.down.weight", {d, c.ffn_hidden}},
+      {"core.film.attn.gamma", {c.core_depth, d}},
+      {"core.film.ffn.beta", {c.core_depth, d}},
+      {"router.weight", {c.core_depth, c.library_size, d}},
+      {"router.depth_vectors", {c.core_depth, d}},
+      {"router.balance_bias", {c.library_size}},
+      {"norm.weight", {d}},
+      {"lm_head.weight", {c.vocab_size, d}},
+  };
+  for (const auto& [name, shape] : expected) {
+    ASSERT_TRUE(tensors.count(name)) << name;
+    EXPECT_EQ(tensors[name].sizes().vec(), shape) << name;
+    EXPECT_EQ(tensors[name].scalar_type(), torch::kFloat32);
+  }
+}
+
+TEST_F(CheckpointTest, MalformedFilesGiveTheirOwnErrors) {
+  auto contains = [](const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+  };
+  EXPECT_PRED2(contains, error_of((dir_ / "missing").string()), "cannot open");
+  // Shorter than the length prefix.
+  fs::create_directories(dir_);
+  { std::ofstream((dir_ / "short").string()) << "abc"; }
+  EXPECT_PRED2(contains, error_of((dir_ / "short").string()), "truncated");
+  EXPECT_PRED2(contains, error_of(write_raw("{}", 1ull << 40, 0)), "exceeds the limit");
+  EXPECT_PRED2(contains, error_of(write_raw("{}", 500, 0)), "truncated: header needs 500");
+  EXPECT_PRED2(contains, header_case("{not json", 0), "not a JSON object");
+  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[2]}})", 8), "needs dtype, shape and data_offsets");
+  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", 8), "unsupported dtype");
+  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), "non-negative");
+  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", 8), "fall outside");
+  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "need 12");
+  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[1000000000000,1000000000000],"data_offsets":[0,8]}})", 8), "larger than the file");
+  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12), "overlaps");
+  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "hole");
+  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8), "trailing");
+}
+
+TEST_F(CheckpointTest, ModelDirectoryMismatchesNameTheTensor) {
+  auto c = tiny_config();
+  auto model = make_model(c, 2);
+  save_model(model, dir_.string());
+  auto path = (dir_ / "model.safetensors").string();
+  auto tensors = read_safetensors(path);
+  auto expect_error = [&](const TensorMap& t, const std::string& part) {
+    write_safetensors(path, t);
+    try {
+      load_model(dir_.string());
+      ADD_FAILURE() << "no error, expected " << part;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  auto missing = tensors;
+  missing.erase("library.1.attn.q.weight");
+  expect_error(missing, "missing tensor 'library.1.attn.q.weight'");
+  auto wrong_shape = tensors;
+  wrong_shape["norm.weight"] = torch::ones({c.d_model + 1});
+  expect_error(wrong_shape, "tensor 'norm.weight' has shape [17], the config needs [16]");
+  auto extra = tensors;
+  extra["library.9.attn.q.weight"] = torch::ones({2});
+  expect_error(extra, "unexpected tensor 'library.9.attn.q.weight'");
+  auto ints = tensors;
+  ints["norm.weight"] = torch::ones({c.d_model}, torch::kInt64);
+  expect_error(ints, "integer dtype");
+  // Half-precision weights load (converted), and the config is validated with its path.
+  auto half = tensors;
+  half["norm.weight"] = tensors["norm.weight"].to(torch::kBFloat16);
+  write_safetensors(path, half);
+  EXPECT_NO_THROW(load_model(dir_.string()));
+  write_file_atomic((dir_ / "config.json").string(), std::string(R"({"window": 0})"));
+  try {
+    load_model(dir_.string());
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("window must be > 0, got 0"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, ValidationNamesTheFieldAndOverridesApply) {
+  auto c = tiny_config();
+  apply_override(ModelConfig::fields(), "window=8", c);
+  apply_override(ModelConfig::fields(), "family=dense", c);
+  apply_override(ModelConfig::fields(), "router_tied=false", c);
+  EXPECT_EQ(c.window, 8);
+  EXPECT_EQ(c.family, "dense");
+  EXPECT_FALSE(c.router_tied);
+  auto message = [&](const std::string& assignment) {
+    ModelConfig copy = tiny_config();
+    try {
+      apply_override(ModelConfig::fields(), assignment, copy);
+      copy.validate();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("window=abc"), "config key 'window' must be an integer, got \"abc\"");
+  EXPECT_EQ(message("windw=3"), message("windw=3"));
+  EXPECT_NE(message("windw=3").find("unknown config key 'windw'"), std::string::npos);
+  EXPECT_EQ(message("n_kv_heads=3"), "n_heads (4) must be a multiple of n_kv_heads (3)");
+  EXPECT_EQ(message("family=rnn"), "family must be one of lol, dense, looped, moe; got 'rnn'");
+  EXPECT_EQ(message("stride=-1"), "stride must be >= 0, got -1");
+  EXPECT_EQ(message("window=1.5"), "config key 'window' must be an integer, got 1.5");
+  EXPECT_EQ(message("novalue"), "override must look like key=value, got 'novalue'");
+  // JSON round trip.
+  EXPECT_EQ(ModelConfig::from_json(c.to_json()).to_json(), c.to_json());
+}
+
+TEST(Config, ShippedPresetsLoadAndBuild) {
+  for (std::string name : {"tiny", "maze-cpu", "sudoku-cpu", "paper-360m", "paper-1b"}) {
+    ModelConfig c;
+    ASSERT_NO_THROW(c = load_model_config(name)) << name;
+    if (name == "tiny") {
+      LanguageModel model(c);
+      model->initialize(0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lol

@@ -1,0 +1,211 @@
+// lol init | forward | info: create, run and describe models.
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "commands.h"
+#include "model/checkpoint.h"
+#include "model/stats.h"
+#include "util/files.h"
+
+namespace lol::cli {
+
+std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int64_t value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    LOL_CHECK(!item.empty() && used == item.size(), flag, ": '", item,
+              "' is not an integer (expected a comma-separated list like 1,2,3)");
+    out.push_back(value);
+  }
+  return out;
+}
+
+namespace {
+
+ModelConfig config_from_flags(const std::string& config_file, const std::string& preset,
+                              const std::vector<std::string>& overrides) {
+  LOL_CHECK(config_file.empty() != preset.empty(), "give exactly one of --config and --preset");
+  if (!config_file.empty()) {
+    LOL_CHECK(path_exists(config_file), "--config: no such file ", config_file);
+    return load_model_config(config_file, overrides);
+  }
+  return load_model_config(preset, overrides);
+}
+
+std::string human(double value) {
+  std::ostringstream out;
+  const char* units[] = {"", "K", "M", "G", "T"};
+  int u = 0;
+  while (std::abs(value) >= 1000 && u < 4) {
+    value /= 1000;
+    ++u;
+  }
+  out << std::fixed << std::setprecision(u == 0 ? 0 : 2) << value << units[u];
+  return out.str();
+}
+
+}  // namespace
+
+void add_init_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
+  auto* cmd = app.add_subcommand("init", "write a randomly initialised model directory");
+  struct Opts {
+    std::string config, preset, out;
+    std::vector<std::string> overrides;
+    uint64_t seed = 0;
+    bool overwrite = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--config", o->config, "model config JSON file");
+  cmd->add_option("--preset", o->preset, "preset name from configs/ (tiny, maze-cpu, ...)");
+  cmd->add_option("--set", o->overrides, "override a config key: --set window=64 (repeatable)");
+  cmd->add_option("--seed", o->seed, "initialisation seed")->required();
+  cmd->add_option("--out", o->out, "output model directory")->required();
+  cmd->add_flag("--overwrite", o->overwrite, "replace an existing model in --out");
+  commands.emplace_back(cmd, [o] {
+    auto config = config_from_flags(o->config, o->preset, o->overrides);
+    LOL_CHECK(o->overwrite || !path_exists(o->out + "/model.safetensors"), "--out: ", o->out,
+              " already holds a model (pass --overwrite to replace it)");
+    LanguageModel model(config);
+    model->initialize(o->seed);
+    save_model(model, o->out);
+    auto stats = model_stats(config, config.max_seq_len);
+    std::cout << "wrote " << o->out << ": " << config.family << " model, "
+              << human(static_cast<double>(stats.stored_params)) << " parameters\n";
+  });
+}
+
+void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
+  auto* cmd = app.add_subcommand("forward", "full-sequence forward: logits and routes as JSON");
+  struct Opts {
+    std::string model, tokens, router_only, force, out;
+    int64_t prompt_len = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--model", o->model, "model directory")->required();
+  cmd->add_option("--tokens", o->tokens, "token ids, comma-separated")->required();
+  cmd->add_option("--prompt-len", o->prompt_len, "prompt window length P (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--router-only", o->router_only, "router-only positions, comma-separated");
+  cmd->add_option("--force", o->force, "forced path JSON (docs/forced-path.md)");
+  cmd->add_option("--out", o->out, "output JSON file (docs/forward-json.md)")->required();
+  commands.emplace_back(cmd, [o] {
+    auto tokens = parse_int_list("--tokens", o->tokens);
+    LOL_CHECK(!tokens.empty(), "--tokens: give at least one token id");
+    auto router_only = o->router_only.empty() ? std::vector<int64_t>{}
+                                              : parse_int_list("--router-only", o->router_only);
+    auto model = load_model(o->model);
+    model->eval();
+    const auto& config = model->config();
+    LOL_CHECK(static_cast<int64_t>(tokens.size()) <= config.max_seq_len, "--tokens: ",
+              tokens.size(), " tokens exceed the model's max_seq_len ", config.max_seq_len);
+    ForcedPath force;
+    ForwardOptions options;
+    if (!o->force.empty()) {
+      force = ForcedPath::load(o->force);
+      LOL_CHECK(config.is_lol(), "--force: only lol models have routes to force");
+      force.validate(config.core_depth, config.library_size);
+      options.force = &force;
+    }
+    torch::NoGradGuard no_grad;
+    Layout layout(Batch::single(tokens, o->prompt_len, router_only), config.vocab_size,
+                  torch::kCPU);
+    auto result = model->forward(layout, options);
+    auto logits = result.logits.to(torch::kFloat32).contiguous();
+    json out;
+    out["family"] = config.family;
+    out["tokens"] = tokens;
+    out["prompt_len"] = o->prompt_len;
+    out["router_only"] = router_only;
+    out["vocab_size"] = config.vocab_size;
+    json rows = json::array();
+    const float* data = logits.data_ptr<float>();
+    for (int64_t i = 0; i < logits.size(0); ++i)
+      rows.push_back(std::vector<float>(data + i * logits.size(1), data + (i + 1) * logits.size(1)));
+    out["logits"] = rows;
+    json routes = json::array();
+    for (const auto& r : result.routes) {
+      auto probs = r.probs.to(torch::kFloat64).contiguous();
+      for (size_t w = 0; w < r.experts.size(); ++w) {
+        const auto& win = r.partition->windows[w];
+        auto p = probs[static_cast<int64_t>(w)];
+        json route = {{"depth", r.depth},
+                      {"window", win.ordinal},
+                      {"start", win.start},
+                      {"length", win.length},
+                      {"expert", r.experts[w]},
+                      {"gate", r.gates[static_cast<int64_t>(w)].item<double>()},
+                      {"probs", std::vector<double>(p.data_ptr<double>(), p.data_ptr<double>() + p.numel())},
+                      {"router_choice", r.router_choice[w]},
+                      {"forced_expert", r.forced_expert[w] != 0},
+                      {"forced_gate", r.forced_gate[w] != 0}};
+        route["margin"] = std::isfinite(r.margins[w]) ? json(r.margins[w]) : json(nullptr);
+        routes.push_back(route);
+      }
+    }
+    out["routes"] = routes;
+    write_file_atomic(o->out, out.dump() + "\n");
+  });
+}
+
+void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
+  auto* cmd = app.add_subcommand("info", "parameters, FLOPs per token and cache sizes");
+  struct Opts {
+    std::string model, preset, config;
+    std::vector<std::string> overrides;
+    int64_t seq_len = 0;
+    bool as_json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--model", o->model, "model directory");
+  cmd->add_option("--preset", o->preset, "preset name");
+  cmd->add_option("--config", o->config, "config JSON file");
+  cmd->add_option("--set", o->overrides, "override a config key (with --preset/--config)");
+  cmd->add_option("--seq-len", o->seq_len, "sequence length for attention FLOPs (default max_seq_len)");
+  cmd->add_flag("--json", o->as_json, "print JSON");
+  commands.emplace_back(cmd, [o] {
+    ModelConfig config;
+    if (!o->model.empty()) {
+      LOL_CHECK(o->preset.empty() && o->config.empty() && o->overrides.empty(),
+                "--model excludes --preset, --config and --set");
+      config = load_model_config_from_dir(o->model);
+    } else {
+      config = config_from_flags(o->config, o->preset, o->overrides);
+    }
+    const int64_t T = o->seq_len > 0 ? o->seq_len : config.max_seq_len;
+    auto s = model_stats(config, T);
+    json j = {{"family", config.family},
+              {"seq_len", T},
+              {"stored_params", s.stored_params},
+              {"active_params", s.active_params},
+              {"executed_blocks", s.executed_blocks},
+              {"executed_matmul_params", s.executed_matmul_params},
+              {"forward_flops_per_token", s.forward_flops_per_token},
+              {"train_flops_per_token", s.train_flops_per_token},
+              {"core_cache_bytes_per_sequence", s.core_cache_bytes},
+              {"fixed_cache_bytes_per_token", s.fixed_cache_bytes_per_token},
+              {"config", config.to_json()}};
+    if (o->as_json) {
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    std::cout << "family                 " << config.family << "\n"
+              << "stored parameters      " << human(static_cast<double>(s.stored_params)) << "\n"
+              << "active parameters      " << human(static_cast<double>(s.active_params)) << " per token\n"
+              << "executed blocks        " << s.executed_blocks << " per token\n"
+              << "forward FLOPs          " << human(s.forward_flops_per_token) << " per token at length " << T << "\n"
+              << "training FLOPs         " << human(s.train_flops_per_token) << " per token\n"
+              << "core decode state      " << human(static_cast<double>(s.core_cache_bytes)) << "B per sequence (constant in context)\n"
+              << "prelude/coda KV cache  " << human(static_cast<double>(s.fixed_cache_bytes_per_token)) << "B per token of context\n";
+  });
+}
+
+}  // namespace lol::cli

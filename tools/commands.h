@@ -1,0 +1,25 @@
+#pragma once
+// Each subcommand registers itself on the app and returns the callback that runs it.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace lol::cli {
+
+struct GlobalOptions {
+  int threads = 0;  // 0 = all cores
+};
+
+using Runner = std::function<void()>;
+
+void add_init_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
+void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
+void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
+void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
+
+// "1,2,3" -> {1, 2, 3}; names the flag and the item that is not an integer.
+std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text);
+
+}  // namespace lol::cli

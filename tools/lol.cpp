@@ -1,0 +1,44 @@
+// lol: one binary, git-style subcommands over the library.
+#include <iostream>
+
+#include <torch/torch.h>
+
+#include "commands.h"
+#include "util/error.h"
+#include "util/runtime.h"
+#include "util/version.h"
+
+int main(int argc, char** argv) {
+  lol::ensure_runtime_environment(argv);
+  CLI::App app{"lol: Library-of-Layers engine (train, run, inspect LoL models)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(lol::version()) + " (" + lol::git_commit() + ")");
+  lol::cli::GlobalOptions global;
+  app.add_option("--threads", global.threads, "compute threads for LibTorch and OpenBLAS (0 = all cores)")
+      ->check(CLI::NonNegativeNumber);
+  std::vector<std::pair<CLI::App*, lol::cli::Runner>> commands;
+  lol::cli::add_init_command(app, commands);
+  lol::cli::add_forward_command(app, commands);
+  lol::cli::add_info_command(app, commands);
+  lol::cli::add_bench_command(app, commands);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    lol::configure_runtime(global.threads);
+    for (auto& [sub, run] : commands)
+      if (sub->parsed()) run();
+  } catch (const lol::Error& e) {
+    std::cerr << "lol: error: " << e.what() << "\n";
+    return 1;
+  } catch (const c10::Error& e) {
+    std::cerr << "lol: error: " << e.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "lol: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
