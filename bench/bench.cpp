@@ -40,13 +40,21 @@ std::vector<std::string> split(const std::string& text) {
 }
 
 // fp32 GEMM throughput of this machine with the current thread settings (GFLOP/s).
-Spread measure_matmul_peak(int64_t size, int reps) {
-  auto a = torch::randn({size, size}), b = torch::randn({size, size});
+void synchronize(torch::Device device) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (device.is_cuda()) torch::cuda::synchronize();
+#endif
+}
+
+Spread measure_matmul_peak(int64_t size, int reps, torch::Device device) {
+  auto a = torch::randn({size, size}, device), b = torch::randn({size, size}, device);
   torch::mm(a, b);
+  synchronize(device);
   std::vector<double> rates;
   for (int r = 0; r < reps; ++r) {
     auto t0 = Clock::now();
     auto c = torch::mm(a, b);
+    synchronize(device);
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     rates.push_back(2.0 * size * size * size / s / 1e9);
   }
@@ -97,7 +105,8 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   commands.emplace_back(cmd, [o] {
     auto base = load_model_config(o->preset, o->overrides);
     auto info = runtime_info();
-    auto peak = measure_matmul_peak(1024, 5);
+    const auto device = selected_device();
+    auto peak = measure_matmul_peak(1024, 5, device);
     std::vector<Row> rows;
     for (const auto& mode : split(o->modes)) {
       LOL_CHECK(mode == "train" || mode == "forward", "--mode: unknown mode '", mode, "'");
@@ -108,12 +117,13 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
           auto config = family_config(base, family);
           LanguageModel model(config);
           model->initialize(0);
+          model->to(device);
           model->train(mode == "train");
           auto tokens = torch::randint(0, config.vocab_size, {o->batch, T}, torch::kInt64);
           Batch batch;
           batch.tokens = tokens;
-          Layout layout(batch, config.vocab_size, torch::kCPU);
-          auto targets = torch::randint(0, config.vocab_size, {layout.num_tokens()}, torch::kInt64);
+          Layout layout(batch, config.vocab_size, device);
+          auto targets = torch::randint(0, config.vocab_size, {layout.num_tokens()}, torch::kInt64).to(device);
           ForwardOptions options;
           options.router_noise = mode == "train";
           std::vector<double> times;
@@ -127,6 +137,7 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
               torch::NoGradGuard no_grad;
               model->forward(layout, options);
             }
+            synchronize(device);
             const double s = std::chrono::duration<double>(Clock::now() - t0).count();
             if (r >= o->warmup) times.push_back(s);
           }

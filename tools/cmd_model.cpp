@@ -10,6 +10,26 @@
 
 namespace lol::cli {
 
+GlobalOptions& global_options() {
+  static GlobalOptions options;
+  return options;
+}
+
+torch::Device selected_device() {
+  const auto& name = global_options().device;
+  std::optional<torch::Device> device;
+  try {
+    device = torch::Device(name);
+  } catch (const c10::Error&) {
+    fail("--device: '", name, "' is not a device (use cpu, cuda or cuda:N)");
+  }
+  if (device->is_cuda())
+    LOL_CHECK(torch::cuda::is_available() &&
+                  device->index() < static_cast<int>(torch::cuda::device_count()),
+              "--device: ", name, " is not available on this machine");
+  return *device;
+}
+
 std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text) {
   std::vector<int64_t> out;
   std::stringstream in(text);
@@ -102,7 +122,8 @@ void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>
     LOL_CHECK(!tokens.empty(), "--tokens: give at least one token id");
     auto router_only = o->router_only.empty() ? std::vector<int64_t>{}
                                               : parse_int_list("--router-only", o->router_only);
-    auto model = load_model(o->model);
+    const auto device = selected_device();
+    auto model = load_model(o->model, device);
     model->eval();
     const auto& config = model->config();
     LOL_CHECK(static_cast<int64_t>(tokens.size()) <= config.max_seq_len, "--tokens: ",
@@ -116,10 +137,9 @@ void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>
       options.force = &force;
     }
     torch::NoGradGuard no_grad;
-    Layout layout(Batch::single(tokens, o->prompt_len, router_only), config.vocab_size,
-                  torch::kCPU);
+    Layout layout(Batch::single(tokens, o->prompt_len, router_only), config.vocab_size, device);
     auto result = model->forward(layout, options);
-    auto logits = result.logits.to(torch::kFloat32).contiguous();
+    auto logits = result.logits.to(torch::kCPU, torch::kFloat32).contiguous();
     json out;
     out["family"] = config.family;
     out["tokens"] = tokens;
@@ -133,7 +153,8 @@ void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>
     out["logits"] = rows;
     json routes = json::array();
     for (const auto& r : result.routes) {
-      auto probs = r.probs.to(torch::kFloat64).contiguous();
+      auto probs = r.probs.to(torch::kCPU, torch::kFloat64).contiguous();
+      auto gates = r.gates.to(torch::kCPU, torch::kFloat64).contiguous();
       for (size_t w = 0; w < r.experts.size(); ++w) {
         const auto& win = r.partition->windows[w];
         auto p = probs[static_cast<int64_t>(w)];
@@ -142,7 +163,7 @@ void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>
                       {"start", win.start},
                       {"length", win.length},
                       {"expert", r.experts[w]},
-                      {"gate", r.gates[static_cast<int64_t>(w)].item<double>()},
+                      {"gate", gates[static_cast<int64_t>(w)].item<double>()},
                       {"probs", std::vector<double>(p.data_ptr<double>(), p.data_ptr<double>() + p.numel())},
                       {"router_choice", r.router_choice[w]},
                       {"forced_expert", r.forced_expert[w] != 0},

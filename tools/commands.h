@@ -5,12 +5,17 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <torch/torch.h>
 
 namespace lol::cli {
 
 struct GlobalOptions {
-  int threads = 0;  // 0 = all cores
+  int threads = 0;             // 0 = all cores
+  std::string device = "cpu";  // cpu | cuda | cuda:N
 };
+GlobalOptions& global_options();
+// The --device flag as a torch::Device, checked to exist on this machine.
+torch::Device selected_device();
 
 using Runner = std::function<void()>;
 

@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
   CLI::App app{"lol: Library-of-Layers engine (train, run, inspect LoL models)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(lol::version()) + " (" + lol::git_commit() + ")");
-  lol::cli::GlobalOptions global;
+  auto& global = lol::cli::global_options();
+  app.add_option("--device", global.device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--threads", global.threads, "compute threads for LibTorch and OpenBLAS (0 = all cores)")
       ->check(CLI::NonNegativeNumber);
   std::vector<std::pair<CLI::App*, lol::cli::Runner>> commands;

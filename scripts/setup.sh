@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs everything lol needs to build and test on Debian 12. Idempotent: packages already
+# present are left alone, so a second run costs one dpkg query.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build git pkg-config
+  libtorch-dev            # LibTorch 1.13 (tensors, autograd, nn modules)
+  libopenblas-dev         # fast BLAS: Debian's default reference BLAS is ~30x slower
+  nlohmann-json3-dev      # config, checkpoint headers, CLI JSON output
+  libcli11-dev            # command-line parsing of the lol tool
+  libgtest-dev libgmock-dev  # test suite
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# LibTorch must resolve BLAS to OpenBLAS, not the reference implementation.
+blas=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | awk '/^Value:/ {print $2}')
+case "$blas" in
+  *openblas*) ;;
+  *)
+    cand=$(update-alternatives --list libblas.so.3-x86_64-linux-gnu 2>/dev/null | grep openblas | head -1 || true)
+    if [ -n "$cand" ]; then
+      ${SUDO:-} update-alternatives --set libblas.so.3-x86_64-linux-gnu "$cand"
+    fi
+    ;;
+esac
+echo "setup: ok (BLAS: $(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | awk '/^Value:/ {print $2}'))"
