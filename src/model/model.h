@@ -28,6 +28,7 @@ class LanguageModelImpl : public torch::nn::Module {
 
   const ModelConfig& config() const { return config_; }
   Core& core() { return *core_; }
+  const Core& core() const { return *core_; }
   // Every block of the model (prelude, core, coda).
   std::vector<Block> all_blocks() const;
   // Parameters and buffers under their canonical names (SPEC 2).

@@ -1,0 +1,114 @@
+#include "train/optim.h"
+
+#include <cmath>
+
+#include "util/error.h"
+
+namespace lol {
+
+torch::Tensor newton_schulz(const torch::Tensor& g, int steps) {
+  TORCH_CHECK(g.dim() == 2, "newton_schulz expects a matrix");
+  const double a = 3.4445, b = -4.7750, c = 2.0315;
+  auto x = g.to(torch::kFloat32);
+  const bool tall = x.size(0) > x.size(1);
+  if (tall) x = x.t();
+  x = x / x.norm().clamp_min(1e-7);
+  for (int i = 0; i < steps; ++i) {
+    auto gram = torch::matmul(x, x.t());
+    auto poly = torch::addmm(gram, gram, gram, /*beta=*/b, /*alpha=*/c);  // b A + c A^2
+    x = torch::addmm(x, poly, x, /*beta=*/a);                             // a X + (bA + cA^2) X
+  }
+  return tall ? x.t().contiguous() : x;
+}
+
+AdamW::AdamW(NamedTensors params, std::vector<bool> decay, AdamWOptions options)
+    : params_(std::move(params)), decay_(std::move(decay)), options_(options) {
+  for (auto& [name, p] : params_) {
+    m_.push_back(torch::zeros_like(p));
+    v_.push_back(torch::zeros_like(p));
+  }
+}
+
+void AdamW::step(double lr) {
+  torch::NoGradGuard no_grad;
+  ++step_;
+  const double bc1 = 1 - std::pow(options_.beta1, static_cast<double>(step_));
+  const double bc2 = 1 - std::pow(options_.beta2, static_cast<double>(step_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i].second;
+    if (!p.grad().defined()) continue;
+    auto g = p.grad();
+    m_[i].mul_(options_.beta1).add_(g, 1 - options_.beta1);
+    v_[i].mul_(options_.beta2).addcmul_(g, g, 1 - options_.beta2);
+    if (decay_[i] && options_.weight_decay > 0) p.mul_(1 - lr * options_.weight_decay);
+    auto denom = (v_[i] / bc2).sqrt_().add_(options_.eps);
+    p.addcdiv_(m_[i], denom, -lr / bc1);
+  }
+}
+
+void AdamW::save_state(std::map<std::string, torch::Tensor>& out, const std::string& prefix) const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out[prefix + "m." + params_[i].first] = m_[i];
+    out[prefix + "v." + params_[i].first] = v_[i];
+  }
+  out[prefix + "step"] = torch::tensor({step_}, torch::kInt64);
+}
+
+namespace {
+void restore(torch::Tensor& target, const std::map<std::string, torch::Tensor>& in,
+             const std::string& name) {
+  auto it = in.find(name);
+  LOL_CHECK(it != in.end(), "training state: missing tensor '", name, "'");
+  LOL_CHECK(it->second.sizes() == target.sizes(), "training state: tensor '", name,
+            "' has the wrong shape");
+  target.copy_(it->second.to(target.scalar_type()));
+}
+}  // namespace
+
+void AdamW::load_state(const std::map<std::string, torch::Tensor>& in, const std::string& prefix) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    restore(m_[i], in, prefix + "m." + params_[i].first);
+    restore(v_[i], in, prefix + "v." + params_[i].first);
+  }
+  auto it = in.find(prefix + "step");
+  LOL_CHECK(it != in.end(), "training state: missing tensor '", prefix, "step'");
+  step_ = it->second.to(torch::kInt64).item<int64_t>();
+}
+
+Muon::Muon(NamedTensors params, MuonOptions options)
+    : params_(std::move(params)), options_(options) {
+  for (auto& [name, p] : params_) {
+    LOL_CHECK(p.dim() == 2, "Muon takes matrices only; '", name, "' has ", p.dim(), " dims");
+    momentum_.push_back(torch::zeros_like(p));
+  }
+}
+
+double Muon::lr_scale(const torch::Tensor& param) {
+  return 0.2 * std::sqrt(static_cast<double>(std::max(param.size(0), param.size(1))));
+}
+
+void Muon::step(double lr) {
+  torch::NoGradGuard no_grad;
+  const double mu = options_.momentum;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i].second;
+    if (!p.grad().defined()) continue;
+    auto g = p.grad();
+    momentum_[i].lerp_(g, 1 - mu);
+    auto update = options_.nesterov ? g.lerp(momentum_[i], mu) : momentum_[i];
+    auto ortho = newton_schulz(update, options_.ns_steps).to(p.scalar_type());
+    if (options_.weight_decay > 0) p.mul_(1 - lr * options_.weight_decay);
+    p.add_(ortho, -lr * lr_scale(p));
+  }
+}
+
+void Muon::save_state(std::map<std::string, torch::Tensor>& out, const std::string& prefix) const {
+  for (size_t i = 0; i < params_.size(); ++i) out[prefix + "momentum." + params_[i].first] = momentum_[i];
+}
+
+void Muon::load_state(const std::map<std::string, torch::Tensor>& in, const std::string& prefix) {
+  for (size_t i = 0; i < params_.size(); ++i)
+    restore(momentum_[i], in, prefix + "momentum." + params_[i].first);
+}
+
+}  // namespace lol

@@ -1,0 +1,261 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "model/checkpoint.h"
+#include "model/stats.h"
+#include "util/files.h"
+
+namespace lol {
+
+namespace fs = std::filesystem;
+
+json StepMetrics::to_json() const {
+  json j = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+            {"tokens_per_s", tokens_per_s}, {"depth", depth}, {"total_flops", total_flops}};
+  if (!load.empty()) {
+    j["load"] = load;
+    j["load_entropy"] = load_entropy;
+    j["bias_min"] = bias_min;
+    j["bias_max"] = bias_max;
+    j["router_agreement"] = agreement;
+  }
+  if (eval_loss) j["eval_loss"] = *eval_loss;
+  return j;
+}
+
+bool is_muon_parameter(const std::string& name, const torch::Tensor& p) {
+  if (p.dim() != 2) return false;
+  const bool in_block = name.rfind("prelude.", 0) == 0 || name.rfind("library.", 0) == 0 ||
+                        name.rfind("coda.", 0) == 0 ||
+                        (name.rfind("core.", 0) == 0 && name.rfind("core.film.", 0) != 0);
+  return in_block && name.find(".router.") == std::string::npos;
+}
+
+Trainer::Trainer(LanguageModel model, TrainConfig config, std::string run_dir, torch::Device device)
+    : model_(std::move(model)), config_(std::move(config)), run_dir_(std::move(run_dir)), device_(device) {
+  config_.validate();
+  model_->to(device_);
+  source_ = open_source(config_.data, config_.seed, 0);
+  LOL_CHECK(source_->vocab_size() <= model_->config().vocab_size, "data '", config_.data,
+            "' uses ", source_->vocab_size(), " token ids but the model's vocab_size is ",
+            model_->config().vocab_size);
+  packer_ = std::make_unique<Packer>(*source_, config_.batch_rows, config_.seq_len);
+  build_optimizers();
+  make_directories(run_dir_);
+  write_file_atomic(run_dir_ + "/train_config.json", config_.to_json().dump(2) + "\n");
+}
+
+void Trainer::build_optimizers() {
+  NamedTensors muon_params, adam_params;
+  std::vector<bool> decay;
+  for (const auto& item : model_->named_parameters(true)) {
+    const bool muon = config_.optimizer == "muon" && is_muon_parameter(item.key(), item.value());
+    if (muon) {
+      muon_params.emplace_back(item.key(), item.value());
+    } else {
+      adam_params.emplace_back(item.key(), item.value());
+      // Decay matrices (embeddings, head, router, block matrices under plain AdamW); not
+      // norms, FiLM or depth vectors.
+      decay.push_back(item.value().dim() == 2 && item.key().find("film") == std::string::npos &&
+                      item.key() != "router.depth_vectors");
+    }
+  }
+  adamw_ = std::make_unique<AdamW>(adam_params, decay,
+                                   AdamWOptions{config_.beta1, config_.beta2, config_.adam_eps, config_.weight_decay});
+  if (!muon_params.empty())
+    muon_ = std::make_unique<Muon>(muon_params, MuonOptions{config_.muon_momentum, config_.weight_decay, true, 5});
+}
+
+StepMetrics Trainer::train_step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  StepMetrics m;
+  const auto& mc = model_->config();
+  m.depth = grown_depth(config_, mc.core_depth, step_);
+  m.lr = learning_rate(config_, step_);
+  model_->train();
+  // Read every micro-batch first so the loss is a mean over all of the step's target tokens.
+  std::vector<TrainBatch> micro;
+  int64_t loss_tokens = 0, tokens = 0;
+  for (int64_t i = 0; i < config_.grad_accum; ++i) {
+    micro.push_back(packer_->next());
+    loss_tokens += micro.back().loss_tokens;
+    tokens += micro.back().tokens;
+  }
+  model_->zero_grad();
+  LoadCounter loads;
+  double loss_sum = 0;
+  ForwardOptions options;
+  options.core_depth = m.depth;
+  options.router_noise = true;
+  for (auto& b : micro) {
+    Layout layout(b.batch, mc.vocab_size, device_);
+    auto result = model_->forward(layout, options);
+    auto loss = torch::nn::functional::cross_entropy(
+        result.logits, b.targets.to(device_),
+        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum));
+    loss_sum += loss.item<double>();
+    (loss / static_cast<double>(std::max<int64_t>(1, loss_tokens))).backward();
+    loads.add(model_, result, layout);
+  }
+  m.loss = loss_sum / static_cast<double>(std::max<int64_t>(1, loss_tokens));
+  std::vector<torch::Tensor> params;
+  for (auto& p : model_->parameters())
+    if (p.grad().defined()) params.push_back(p);
+  if (config_.grad_clip > 0)
+    m.grad_norm = torch::nn::utils::clip_grad_norm_(params, config_.grad_clip);
+  else
+    m.grad_norm = torch::nn::utils::clip_grad_norm_(params, std::numeric_limits<double>::infinity());
+  adamw_->step(m.lr);
+  if (muon_) muon_->step(m.lr);
+  apply_balance(model_, loads);
+  ++step_;
+  m.step = step_;
+  total_flops_ += model_stats(mc, config_.seq_len, m.depth).train_flops_per_token * static_cast<double>(tokens);
+  m.total_flops = total_flops_;
+  if (mc.is_lol()) {
+    const double total = std::accumulate(loads.lol.begin(), loads.lol.end(), 0.0);
+    for (double x : loads.lol) m.load.push_back(total > 0 ? x / total : 0.0);
+    m.load_entropy = load_entropy(loads.lol);
+    auto bias = dynamic_cast<LolCore&>(model_->core()).router->balance_bias.to(torch::kCPU);
+    m.bias_min = bias.min().item<double>();
+    m.bias_max = bias.max().item<double>();
+    m.agreement = loads.decisions ? static_cast<double>(loads.agreements) / static_cast<double>(loads.decisions) : 1.0;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m.tokens_per_s = static_cast<double>(tokens) / seconds;
+  return m;
+}
+
+double Trainer::evaluate() {
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  // A fresh held-out stream each time: every evaluation sees the same documents.
+  auto source = config_.eval_data.empty() ? open_source(config_.data, config_.seed, 1)
+                                          : open_source(config_.eval_data, config_.seed, 1);
+  Packer packer(*source, config_.batch_rows, config_.seq_len);
+  double loss_sum = 0;
+  int64_t count = 0;
+  const auto& mc = model_->config();
+  ForwardOptions options;
+  options.core_depth = grown_depth(config_, mc.core_depth, std::max<int64_t>(0, step_ - 1));
+  for (int64_t i = 0; i < config_.eval_batches; ++i) {
+    auto b = packer.next();
+    Layout layout(b.batch, mc.vocab_size, device_);
+    auto logits = model_->forward(layout, options).logits;
+    loss_sum += torch::nn::functional::cross_entropy(
+                    logits, b.targets.to(device_),
+                    torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum))
+                    .item<double>();
+    count += b.loss_tokens;
+  }
+  model_->train();
+  return loss_sum / static_cast<double>(std::max<int64_t>(1, count));
+}
+
+void Trainer::run(const std::function<bool()>& should_stop,
+                  const std::function<void(const StepMetrics&)>& on_step) {
+  const std::string metrics_path = run_dir_ + "/metrics.jsonl";
+  std::ofstream metrics(metrics_path, std::ios::app);
+  LOL_CHECK(metrics.good(), "cannot open ", metrics_path);
+  int64_t last_saved = -1;
+  while (step_ < config_.steps) {
+    auto m = train_step();
+    const bool last = step_ == config_.steps;
+    if ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || last) m.eval_loss = evaluate();
+    metrics << m.to_json().dump() << "\n" << std::flush;
+    if (on_step) on_step(m);
+    if ((config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) || last) {
+      save_checkpoint();
+      last_saved = step_;
+    }
+    if (should_stop && should_stop()) break;
+  }
+  if (last_saved != step_) save_checkpoint();
+}
+
+std::string Trainer::save_checkpoint() {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step_));
+  const std::string root = run_dir_ + "/checkpoints";
+  const std::string final_dir = root + "/" + name;
+  const std::string tmp_dir = final_dir + ".tmp";
+  fs::remove_all(tmp_dir);
+  save_model(model_, tmp_dir);
+  TensorMap state;
+  adamw_->save_state(state, "adamw.");
+  if (muon_) muon_->save_state(state, "muon.");
+  state["rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
+  write_safetensors(tmp_dir + "/train_state.safetensors", state);
+  json meta = {{"step", step_},
+               {"data_position", packer_->position()},
+               {"total_flops", total_flops_},
+               {"train_config", config_.to_json()}};
+  write_file_atomic(tmp_dir + "/train_state.json", meta.dump(2) + "\n");
+  // The whole directory appears at once: a reader sees the old checkpoint or the new one.
+  fs::remove_all(final_dir);
+  fs::rename(tmp_dir, final_dir);
+  // Keep the newest keep_checkpoints.
+  std::vector<std::string> existing;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const auto n = entry.path().filename().string();
+    if (n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos) existing.push_back(entry.path().string());
+  }
+  std::sort(existing.begin(), existing.end());
+  for (size_t i = 0; i + config_.keep_checkpoints < existing.size(); ++i) fs::remove_all(existing[i]);
+  return final_dir;
+}
+
+std::string Trainer::latest_checkpoint(const std::string& run_dir) {
+  const std::string root = run_dir + "/checkpoints";
+  LOL_CHECK(fs::is_directory(root), run_dir, ": no checkpoints/ directory (not a training run?)");
+  std::string best;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const auto n = entry.path().filename().string();
+    if (n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos && n > fs::path(best).filename().string())
+      best = entry.path().string();
+  }
+  LOL_CHECK(!best.empty(), root, ": holds no checkpoint");
+  return best;
+}
+
+std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir, torch::Device device) {
+  const std::string dir = latest_checkpoint(run_dir);
+  json meta = json::parse(read_text_file(dir + "/train_state.json"), nullptr, false);
+  LOL_CHECK(!meta.is_discarded() && meta.contains("train_config") && meta.contains("step"),
+            dir, "/train_state.json: not a valid training state");
+  auto config = TrainConfig::from_json(meta["train_config"]);
+  auto model = load_model(dir, device);
+  auto trainer = std::make_unique<Trainer>(model, config, run_dir, device);
+  trainer->load_checkpoint(dir);
+  return trainer;
+}
+
+void Trainer::load_checkpoint(const std::string& dir) {
+  json meta = json::parse(read_text_file(dir + "/train_state.json"), nullptr, false);
+  auto state = read_safetensors(dir + "/train_state.safetensors");
+  adamw_->load_state(state, "adamw.");
+  if (muon_) muon_->load_state(state, "muon.");
+  auto rng = state.find("rng.cpu");
+  LOL_CHECK(rng != state.end(), dir, ": training state has no RNG state");
+  auto generator = at::detail::getDefaultCPUGenerator();
+  generator.set_state(rng->second);
+  step_ = meta["step"].get<int64_t>();
+  total_flops_ = meta.value("total_flops", 0.0);
+  packer_->seek(meta["data_position"]);
+  // Metrics past this checkpoint belong to a run that is being replaced.
+  const std::string metrics_path = run_dir_ + "/metrics.jsonl";
+  if (path_exists(metrics_path)) {
+    std::ifstream in(metrics_path);
+    std::string line, kept;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.value("step", int64_t{0}) <= step_) kept += line + "\n";
+    }
+    write_file_atomic(metrics_path, kept);
+  }
+}
+
+}  // namespace lol

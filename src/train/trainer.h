@@ -1,0 +1,69 @@
+#pragma once
+// The training loop: micro-batches -> loss -> backward -> clip -> optimizer -> balance bias,
+// with growing depth, periodic evaluation, metrics, and checkpoints that resume exactly.
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "data/packer.h"
+#include "model/model.h"
+#include "train/balance.h"
+#include "train/optim.h"
+#include "train/train_config.h"
+
+namespace lol {
+
+struct StepMetrics {
+  int64_t step = 0;           // 1-based count of optimizer steps done
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
+  int64_t depth = 0;          // executed core depth
+  std::vector<double> load;   // per-expert share of routed windows (lol)
+  double load_entropy = 0, bias_min = 0, bias_max = 0, agreement = 1;
+  double total_flops = 0;     // training FLOPs so far, counted with the grown depth
+  std::optional<double> eval_loss;
+  json to_json() const;
+};
+
+class Trainer {
+ public:
+  // A new run in run_dir (created; must not hold a run already unless overwrite).
+  Trainer(LanguageModel model, TrainConfig config, std::string run_dir, torch::Device device);
+  // Continues the run in run_dir from its latest checkpoint.
+  static std::unique_ptr<Trainer> resume(const std::string& run_dir, torch::Device device);
+
+  // Trains until config.steps, or until should_stop() after a step; saves a checkpoint at the
+  // end either way. on_step sees every step's metrics.
+  void run(const std::function<bool()>& should_stop = {},
+           const std::function<void(const StepMetrics&)>& on_step = {});
+  double evaluate();
+  std::string save_checkpoint();  // returns its directory
+  int64_t step() const { return step_; }
+  LanguageModel& model() { return model_; }
+  const TrainConfig& config() const { return config_; }
+
+  static std::string latest_checkpoint(const std::string& run_dir);
+
+ private:
+  StepMetrics train_step();
+  void build_optimizers();
+  void load_checkpoint(const std::string& dir);
+
+  LanguageModel model_;
+  TrainConfig config_;
+  std::string run_dir_;
+  torch::Device device_;
+  std::unique_ptr<DocumentSource> source_;
+  std::unique_ptr<Packer> packer_;
+  std::unique_ptr<AdamW> adamw_;
+  std::unique_ptr<Muon> muon_;
+  int64_t step_ = 0;
+  double total_flops_ = 0;
+};
+
+// Which parameters Muon takes: the 2-D matrices of blocks (attention and FFN projections,
+// MoE experts). Everything else (embeddings, head, norms, FiLM, routers, depth vectors) is
+// AdamW's.
+bool is_muon_parameter(const std::string& name, const torch::Tensor& p);
+
+}  // namespace lol

@@ -1,0 +1,30 @@
+#pragma once
+// Progress for long commands: a redrawn bar with rate and ETA on a terminal, plain lines
+// (every `line_every` updates) when stderr is not a TTY.
+#include <chrono>
+#include <string>
+
+namespace lol {
+
+class Progress {
+ public:
+  Progress(std::string label, int64_t total, int64_t start = 0, int64_t line_every = 10);
+  // done: units completed so far; info: extra text such as "loss 2.31".
+  void update(int64_t done, const std::string& info);
+  void finish(const std::string& info);
+
+ private:
+  std::string label_;
+  int64_t total_, start_, line_every_, last_line_ = -1;
+  bool tty_;
+  std::chrono::steady_clock::time_point began_;
+};
+
+std::string format_duration(double seconds);
+
+// SIGINT / SIGTERM set a flag instead of killing the process, so loops can save and stop.
+void install_interrupt_handler();
+bool interrupt_requested();
+void clear_interrupt();
+
+}  // namespace lol

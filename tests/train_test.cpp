@@ -1,0 +1,314 @@
+#include <filesystem>
+#include <fstream>
+
+#include "data/packer.h"
+#include "data/shards.h"
+#include "helpers.h"
+#include "train/trainer.h"
+
+namespace lol {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  auto dir = fs::temp_directory_path() / ("lol_train_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(dir);
+  return dir;
+}
+
+// The scalar map one Newton-Schulz iteration applies to each singular value.
+double quintic(double s) { return 3.4445 * s - 4.7750 * s * s * s + 2.0315 * s * s * s * s * s; }
+
+TEST(Muon, NewtonSchulzActsOnSingularValuesAndApproachesThePolarFactor) {
+  torch::manual_seed(0);
+  for (auto shape : std::vector<std::pair<int64_t, int64_t>>{{12, 7}, {7, 12}, {16, 16}}) {
+    auto g = torch::randn({shape.first, shape.second}, torch::kFloat64);
+    auto [u, s, vh] = at::linalg_svd(g, /*full_matrices=*/false);
+    auto scaled = s / g.norm();
+    auto f = scaled.clone();
+    for (int64_t i = 0; i < f.size(0); ++i) {
+      double x = scaled[i].item<double>();
+      for (int k = 0; k < 5; ++k) x = quintic(x);
+      f[i] = x;
+    }
+    auto expected = torch::matmul(u * f.unsqueeze(0), vh);
+    auto got = newton_schulz(g.to(torch::kFloat32)).to(torch::kFloat64);
+    EXPECT_LT(testing::max_abs_diff(got, expected), 2e-4) << shape.first << "x" << shape.second;
+    // Close to U V^T: every singular value of the result lies in the quintic's band.
+    auto polar = torch::matmul(u, vh);
+    auto sv = at::linalg_svdvals(got);
+    EXPECT_GT(sv.min().item<double>(), 0.5);
+    EXPECT_LT(sv.max().item<double>(), 1.25);
+    EXPECT_LT((got - polar).norm().item<double>() / polar.norm().item<double>(), 0.35);
+  }
+}
+
+TEST(Muon, StepFollowsTheAlgorithm) {
+  torch::manual_seed(1);
+  auto w = torch::randn({6, 10}).requires_grad_(true);
+  auto w0 = w.detach().clone();
+  Muon muon({{"w", w}}, MuonOptions{0.95, 0.1, true, 5});
+  auto g1 = torch::randn({6, 10}), g2 = torch::randn({6, 10});
+  const double lr = 0.02, scale = 0.2 * std::sqrt(10.0);
+  w.mutable_grad() = g1.clone();
+  muon.step(lr);
+  auto b1 = g1 * 0.05;
+  auto expected = w0 * (1 - lr * 0.1) - lr * scale * newton_schulz(g1 * 0.05 + b1 * 0.95);
+  EXPECT_LT(testing::max_abs_diff(w.detach(), expected), 1e-5);
+  w.mutable_grad() = g2.clone();
+  muon.step(lr);
+  auto b2 = b1 * 0.95 + g2 * 0.05;
+  expected = expected * (1 - lr * 0.1) - lr * scale * newton_schulz(g2 * 0.05 + b2 * 0.95);
+  EXPECT_LT(testing::max_abs_diff(w.detach(), expected), 1e-5);
+}
+
+TEST(AdamW, MatchesItsFormulaOverSeveralSteps) {
+  auto p = torch::tensor({0.5, -1.0, 2.0}, torch::kFloat64).requires_grad_(true);
+  AdamW adam({{"p", p}}, {true}, AdamWOptions{0.9, 0.99, 1e-8, 0.1});
+  std::vector<double> x = {0.5, -1.0, 2.0}, m(3, 0), v(3, 0);
+  const double lr = 0.01;
+  for (int t = 1; t <= 4; ++t) {
+    std::vector<double> g = {0.3 * t, -0.2, 1.0 / t};
+    p.mutable_grad() = torch::tensor(g, torch::kFloat64);
+    adam.step(lr);
+    for (int i = 0; i < 3; ++i) {
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      v[i] = 0.99 * v[i] + 0.01 * g[i] * g[i];
+      const double mh = m[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.99, t));
+      x[i] = x[i] * (1 - lr * 0.1) - lr * mh / (std::sqrt(vh) + 1e-8);
+      EXPECT_NEAR(p[i].item<double>(), x[i], 1e-12) << "step " << t << " element " << i;
+    }
+  }
+}
+
+TEST(Schedule, WarmupCosineWsdAndGrowth) {
+  TrainConfig c;
+  c.steps = 100;
+  c.warmup_steps = 10;
+  c.lr = 1.0;
+  c.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 0), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 9), 1.0);
+  EXPECT_NEAR(learning_rate(c, 55), 0.55, 1e-9);  // halfway down the cosine
+  EXPECT_NEAR(learning_rate(c, 100), 0.1, 1e-9);
+  c.schedule = "wsd";
+  c.decay_fraction = 0.2;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 50), 1.0);
+  EXPECT_NEAR(learning_rate(c, 90), 0.55, 1e-9);
+  // SPEC 1.8: D_t = D0 + round((D - D0) (1 - sqrt(1 - min(1, t / T_grow)))).
+  c.grow_start_depth = 2;
+  c.grow_fraction = 0.75;
+  for (int64_t t : {0, 10, 30, 50, 74, 75, 99}) {
+    const double frac = std::min(1.0, t / 75.0);
+    EXPECT_EQ(grown_depth(c, 8, t), 2 + std::llround(6 * (1 - std::sqrt(1 - frac)))) << t;
+  }
+  EXPECT_EQ(grown_depth(c, 8, 0), 2);
+  EXPECT_EQ(grown_depth(c, 8, 80), 8);
+  c.grow_start_depth = 0;
+  EXPECT_EQ(grown_depth(c, 8, 0), 8);
+}
+
+TEST(Shards, RoundTripAndMalformedFiles) {
+  auto dir = temp_dir("shards");
+  fs::create_directories(dir);
+  std::vector<Document> docs;
+  for (int i = 0; i < 5; ++i) docs.push_back(StrategyTask::make(3, 0, i));
+  docs.push_back(Document{{1, 2, 3}, 0, {}, {}});
+  const auto path = (dir / "a.shard").string();
+  write_shard(path, docs, 20);
+  int64_t vocab = 0;
+  auto back = read_shard(path, &vocab);
+  EXPECT_EQ(vocab, 20);
+  ASSERT_EQ(back.size(), docs.size());
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(back[i].tokens, docs[i].tokens);
+    EXPECT_EQ(back[i].prompt_len, docs[i].prompt_len);
+    EXPECT_EQ(back[i].router_only, docs[i].router_only);
+    EXPECT_EQ(back[i].loss_mask, docs[i].loss_mask);
+  }
+  auto error_of = [&](const std::string& bytes) {
+    const auto bad = (dir / "bad.shard").string();
+    std::ofstream(bad, std::ios::binary) << bytes;
+    try {
+      read_shard(bad);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::ifstream in(path, std::ios::binary);
+  std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(error_of("LOL").find("truncated"), std::string::npos);
+  EXPECT_NE(error_of("X" + good.substr(1)).find("bad magic"), std::string::npos);
+  EXPECT_NE(error_of(good.substr(0, good.size() - 1)).find("does not match the header"), std::string::npos);
+  auto big_id = good;
+  big_id[48 + 6 * 24] = 99;  // first token of the first document
+  EXPECT_NE(error_of(big_id).find("outside the vocabulary"), std::string::npos);
+  EXPECT_THROW(write_shard(path, {Document{{25}, 0, {}, {}}}, 20), Error);
+  fs::remove_all(dir);
+}
+
+TEST(Packer, KeepsEveryDocumentWholeAndSeeksExactly) {
+  StrategyTask source(4, 0);
+  Packer packer(source, 3, 40);
+  int64_t expected_index = 0;
+  json saved;
+  std::vector<int64_t> after_seek;
+  for (int step = 0; step < 5; ++step) {
+    if (step == 2) saved = packer.position();
+    auto b = packer.next();
+    auto tokens = b.batch.tokens;
+    for (int64_t r = 0; r < 3; ++r)
+      for (const auto& span : b.batch.documents[r]) {
+        auto doc = StrategyTask::make(4, 0, expected_index++);  // documents in order, whole
+        ASSERT_EQ(span.length, static_cast<int64_t>(doc.tokens.size()));
+        EXPECT_EQ(span.prompt_len, doc.prompt_len);
+        for (int64_t i = 0; i < span.length; ++i) EXPECT_EQ(tokens[r][span.start + i].item<int64_t>(), doc.tokens[i]);
+      }
+    if (step >= 2)
+      for (int64_t i = 0; i < b.targets.size(0); ++i) after_seek.push_back(b.targets[i].item<int64_t>());
+    EXPECT_EQ(b.targets.size(0), b.tokens);
+  }
+  packer.seek(saved);
+  std::vector<int64_t> replay;
+  for (int step = 2; step < 5; ++step) {
+    auto b = packer.next();
+    for (int64_t i = 0; i < b.targets.size(0); ++i) replay.push_back(b.targets[i].item<int64_t>());
+  }
+  EXPECT_EQ(replay, after_seek);
+}
+
+ModelConfig train_model_config(const std::string& family) {
+  auto c = testing::tiny_config(family);
+  c.vocab_size = 20;
+  c.d_model = 32;
+  c.ffn_hidden = 64;
+  c.window = 8;
+  c.stride = 4;
+  c.core_depth = 2;
+  c.library_size = 2;
+  c.router_noise_std = 0.01;
+  return c;
+}
+
+TrainConfig small_run() {
+  TrainConfig t;
+  t.steps = 150;
+  t.batch_rows = 4;
+  t.seq_len = 64;
+  t.warmup_steps = 5;
+  t.lr = 1e-2;
+  t.eval_every = 0;
+  t.eval_batches = 1;
+  t.checkpoint_every = 0;
+  return t;
+}
+
+TEST(Training, LossFallsOnTheStrategyTaskForLolAndDense) {
+  for (std::string family : {"lol", "dense"}) {
+    auto dir = temp_dir("learn_" + family);
+    LanguageModel model(train_model_config(family));
+    model->initialize(1);
+    Trainer trainer(model, small_run(), dir.string(), torch::kCPU);
+    std::vector<double> losses;
+    trainer.run({}, [&](const StepMetrics& m) { losses.push_back(m.loss); });
+    ASSERT_EQ(losses.size(), 150u);
+    const double first = losses[0], last = (losses[147] + losses[148] + losses[149]) / 3;
+    EXPECT_LT(last, 0.6 * first) << family << ": " << first << " -> " << last;
+    fs::remove_all(dir);
+  }
+}
+
+TEST(Training, KillAndResumeGivesTheSameLossSequence) {
+  auto config = small_run();
+  config.steps = 10;
+  config.grad_accum = 2;
+  config.grow_start_depth = 1;
+  config.checkpoint_every = 4;
+  auto dir_a = temp_dir("resume_a"), dir_b = temp_dir("resume_b");
+  auto fresh = [&] {
+    LanguageModel model(train_model_config("lol"));
+    model->initialize(2);
+    return model;
+  };
+  std::vector<double> straight, resumed;
+  torch::manual_seed(5);
+  Trainer a(fresh(), config, dir_a.string(), torch::kCPU);
+  a.run({}, [&](const StepMetrics& m) { straight.push_back(m.loss); });
+
+  torch::manual_seed(5);
+  {
+    Trainer b(fresh(), config, dir_b.string(), torch::kCPU);
+    b.run([&] { return b.step() == 6; }, [&](const StepMetrics& m) { resumed.push_back(m.loss); });
+    EXPECT_EQ(b.step(), 6);
+  }
+  torch::manual_seed(12345);  // the resumed run must restore the generator itself
+  auto c = Trainer::resume(dir_b.string(), torch::kCPU);
+  EXPECT_EQ(c->step(), 6);
+  c->run({}, [&](const StepMetrics& m) { resumed.push_back(m.loss); });
+  ASSERT_EQ(resumed.size(), straight.size());
+  for (size_t i = 0; i < straight.size(); ++i) EXPECT_EQ(resumed[i], straight[i]) << "step " << i + 1;
+  // Only the newest keep_checkpoints remain.
+  int count = 0;
+  for (const auto& e : fs::directory_iterator(dir_b / "checkpoints")) count += e.is_directory();
+  EXPECT_EQ(count, 2);
+  fs::remove_all(dir_a);
+  fs::remove_all(dir_b);
+}
+
+TEST(Balancing, BiasMovesLoadTowardUniform) {
+  auto c = train_model_config("lol");
+  c.library_size = 4;
+  c.balance_rate = 0.01;
+  auto model = testing::make_model(c, 3);
+  {
+    // Expert 0 favoured by a bias far above the spread of the router's probabilities.
+    torch::NoGradGuard no_grad;
+    auto& core = dynamic_cast<LolCore&>(model->core());
+    core.router->balance_bias.copy_(torch::tensor({0.6, -0.2, -0.2, -0.2}));
+  }
+  StrategyTask source(1, 0);
+  Packer packer(source, 4, 64);
+  auto batch = packer.next();
+  Layout layout(batch.batch, c.vocab_size, torch::kCPU);
+  std::vector<double> first_load, last_load(4, 0.0);
+  torch::NoGradGuard no_grad;
+  for (int step = 0; step < 120; ++step) {
+    LoadCounter loads;
+    loads.add(model, model->forward(layout), layout);
+    if (step == 0) first_load = loads.lol;
+    if (step >= 100)
+      for (int m = 0; m < 4; ++m) last_load[m] += loads.lol[m];  // the load it settles at
+    apply_balance(model, loads);
+  }
+  EXPECT_EQ(first_load[1] + first_load[2] + first_load[3], 0.0);
+  EXPECT_LT(load_entropy(first_load), 1e-9);
+  EXPECT_GT(load_entropy(last_load), 0.9 * std::log(4.0));
+  auto bias = dynamic_cast<LolCore&>(model->core()).router->balance_bias;
+  EXPECT_NEAR(bias.sum().item<double>(), 0.0, 1e-6);
+}
+
+TEST(Training, GrowingChangesTheExecutedDepthOnSchedule) {
+  auto c = train_model_config("lol");
+  c.core_depth = 4;
+  auto config = small_run();
+  config.steps = 8;
+  config.grow_start_depth = 1;
+  config.grow_fraction = 0.5;
+  auto dir = temp_dir("grow");
+  LanguageModel model(c);
+  model->initialize(4);
+  Trainer trainer(model, config, dir.string(), torch::kCPU);
+  std::vector<int64_t> depths;
+  trainer.run({}, [&](const StepMetrics& m) { depths.push_back(m.depth); });
+  std::vector<int64_t> expected;
+  for (int64_t t = 0; t < 8; ++t) expected.push_back(grown_depth(config, 4, t));
+  EXPECT_EQ(depths, expected);
+  EXPECT_EQ(depths.front(), 1);
+  EXPECT_EQ(depths.back(), 4);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace lol
