@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   lol::cli::add_init_command(app, commands);
   lol::cli::add_forward_command(app, commands);
   lol::cli::add_info_command(app, commands);
+  lol::cli::add_train_command(app, commands);
   lol::cli::add_bench_command(app, commands);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,124 @@
+// lol train: train any family from scratch, or resume a run exactly.
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "commands.h"
+#include "data/document.h"
+#include "infer/recompute.h"
+#include "model/checkpoint.h"
+#include "train/trainer.h"
+#include "util/files.h"
+#include "util/progress.h"
+
+namespace lol::cli {
+namespace {
+
+std::string fixed(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+// What the model learned, in words: held-out loss, one greedy sample and its routes.
+void report(Trainer& trainer, torch::Device device) {
+  const auto& tc = trainer.config();
+  std::cout << "eval loss " << fixed(trainer.evaluate(), 4) << " (held-out, per target token)\n";
+  if (tc.data != "task:copy") return;
+  auto doc = StrategyTask::make(tc.seed, 1, 0);
+  std::vector<int64_t> prompt(doc.tokens.begin(), doc.tokens.begin() + doc.prompt_len + 2);
+  std::vector<int64_t> router_only;
+  for (int64_t i = 0; i < doc.prompt_len; ++i)
+    if (doc.router_only[i]) router_only.push_back(i);
+  auto sample = greedy_recompute(trainer.model(), prompt, doc.prompt_len, router_only,
+                                 static_cast<int64_t>(doc.tokens.size() - prompt.size()) + 2, 0, device);
+  std::cout << "sample    " << StrategyTask::detokenize(sample.tokens) << "\n"
+            << "expected  " << StrategyTask::detokenize(doc.tokens) << "\n"
+            << (sample.tokens == doc.tokens ? "correct\n" : "incorrect\n");
+  if (!sample.routes.empty()) {
+    std::cout << "routes (expert per window, by depth):\n";
+    for (const auto& r : sample.routes) {
+      std::cout << "  depth " << r.depth << ":";
+      for (size_t w = 0; w < r.experts.size(); ++w)
+        std::cout << " " << r.experts[w] << "(" << fixed(r.gates[static_cast<int64_t>(w)].item<double>(), 2) << ")";
+      std::cout << "\n";
+    }
+  }
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
+  auto* cmd = app.add_subcommand("train", "train a model from scratch, or resume a run");
+  struct Opts {
+    std::string config, preset, out, resume, data;
+    std::vector<std::string> overrides, train_overrides;
+    int64_t steps = 0;
+    uint64_t seed = 0;
+    bool overwrite = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--config", o->config, "model config JSON file");
+  cmd->add_option("--preset", o->preset, "model preset (tiny, maze-cpu, ...)");
+  cmd->add_option("--set", o->overrides, "override a model config key (repeatable)");
+  cmd->add_option("--train-set", o->train_overrides, "override a training config key: --train-set lr=1e-3");
+  cmd->add_option("--data", o->data, "task:copy or a token shard path (training config 'data')");
+  cmd->add_option("--steps", o->steps, "optimizer steps (training config 'steps')");
+  cmd->add_option("--seed", o->seed, "initialisation, data and noise seed");
+  cmd->add_option("--out", o->out, "run directory for a new run");
+  cmd->add_option("--resume", o->resume, "run directory to continue from its latest checkpoint");
+  cmd->add_flag("--overwrite", o->overwrite, "start over in a run directory that holds a run");
+  commands.emplace_back(cmd, [o] {
+    const auto device = selected_device();
+    std::unique_ptr<Trainer> trainer;
+    if (!o->resume.empty()) {
+      LOL_CHECK(o->out.empty() && o->preset.empty() && o->config.empty() && o->overrides.empty() &&
+                    o->train_overrides.empty() && o->data.empty() && o->steps == 0,
+                "--resume continues a run as it was configured; it takes no other run options");
+      trainer = Trainer::resume(o->resume, device);
+      std::cerr << "resuming " << o->resume << " at step " << trainer->step() << "\n";
+    } else {
+      LOL_CHECK(!o->out.empty(), "give --out DIR for a new run, or --resume DIR");
+      LOL_CHECK(o->config.empty() != o->preset.empty(), "give exactly one of --config and --preset");
+      LOL_CHECK(o->overwrite || !path_exists(o->out + "/checkpoints"), "--out: ", o->out,
+                " already holds a run (resume it with --resume, or pass --overwrite)");
+      if (o->overwrite) std::filesystem::remove_all(o->out);
+      auto config = load_model_config(o->config.empty() ? o->preset : o->config, o->overrides);
+      TrainConfig tc;
+      tc.seed = o->seed;
+      if (!o->data.empty()) tc.data = o->data;
+      if (o->steps > 0) tc.steps = o->steps;
+      for (const auto& a : o->train_overrides) apply_override(TrainConfig::fields(), a, tc);
+      tc.validate();
+      LanguageModel model(config);
+      model->initialize(o->seed);
+      trainer = std::make_unique<Trainer>(model, tc, o->out, device);
+    }
+    const auto& tc = trainer->config();
+    std::cerr << "training " << trainer->model()->config().family << " on " << tc.data << " for "
+              << tc.steps << " steps (" << tc.batch_rows << " x " << tc.seq_len << " tokens x "
+              << tc.grad_accum << " per step); metrics in " << (o->resume.empty() ? o->out : o->resume)
+              << "/metrics.jsonl\n";
+    install_interrupt_handler();
+    Progress progress("train", tc.steps, trainer->step(), tc.log_every);
+    double last_eval = -1;
+    trainer->run([] { return interrupt_requested(); },
+                 [&](const StepMetrics& m) {
+                   if (m.eval_loss) last_eval = *m.eval_loss;
+                   std::string info = "loss " + fixed(m.loss, 4) + " lr " + fixed(m.lr * 1e3, 3) + "e-3 " +
+                                      fixed(m.tokens_per_s, 0) + " tok/s depth " + std::to_string(m.depth);
+                   if (last_eval >= 0) info += " eval " + fixed(last_eval, 4);
+                   progress.update(m.step, info);
+                 });
+    const std::string where = o->resume.empty() ? o->out : o->resume;
+    if (interrupt_requested()) {
+      progress.finish("interrupted at step " + std::to_string(trainer->step()) + "; checkpoint saved in " +
+                      Trainer::latest_checkpoint(where) + "; continue with: lol train --resume " + where);
+      return;
+    }
+    progress.finish("done: checkpoint " + Trainer::latest_checkpoint(where));
+    report(*trainer, device);
+  });
+}
+
+}  // namespace lol::cli
