@@ -36,6 +36,8 @@ class Trainer {
   // end either way. on_step sees every step's metrics.
   void run(const std::function<bool()>& should_stop = {},
            const std::function<void(const StepMetrics&)>& on_step = {});
+  // One optimizer step (all micro-batches), without evaluation or checkpointing.
+  StepMetrics train_step();
   double evaluate();
   std::string save_checkpoint();  // returns its directory
   int64_t step() const { return step_; }
@@ -45,7 +47,6 @@ class Trainer {
   static std::string latest_checkpoint(const std::string& run_dir);
 
  private:
-  StepMetrics train_step();
   void build_optimizers();
   void load_checkpoint(const std::string& dir);
 
