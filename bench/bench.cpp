@@ -12,6 +12,7 @@
 #include "../tools/commands.h"
 #include "model/model.h"
 #include "model/stats.h"
+#include "tasks/task.h"
 #include "train/trainer.h"
 #include <filesystem>
 #include "util/runtime.h"
@@ -83,6 +84,83 @@ struct Row {
   double mfu = 0, flops_per_token = 0;
 };
 
+// Task generation is a data pipeline: puzzles/s to generate, sequences/s per strategy to trace
+// and tokenize, and the whole streaming source's tokens/s (what `lol train --data task:...`
+// consumes), each over `reps` timed repetitions of `count` puzzles.
+void bench_tasks(int64_t count, int reps, const std::string& output) {
+  struct TaskRow {
+    std::string task, what;
+    Spread per_s;
+    std::string unit;
+  };
+  std::vector<TaskRow> rows;
+  auto time_it = [&](const std::function<double()>& body) {  // body returns units done
+    std::vector<double> rates;
+    for (int r = 0; r < reps; ++r) {
+      auto t0 = Clock::now();
+      const double units = body();
+      rates.push_back(units / std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    return spread(rates);
+  };
+  uint64_t seed = 1000;
+  for (auto kind : {tasks::Kind::kSudoku, tasks::Kind::kMaze}) {
+    const std::string name = tasks::kind_name(kind);
+    std::vector<sudoku::Puzzle> sudokus;
+    std::vector<maze::Maze> mazes;
+    rows.push_back({name, "generate", time_it([&] {
+                      sudokus.clear();
+                      mazes.clear();
+                      ++seed;
+                      for (int64_t i = 0; i < count; ++i) {
+                        if (kind == tasks::Kind::kSudoku) sudokus.push_back(sudoku::generate(seed, i));
+                        else mazes.push_back(maze::generate(8, seed, i));
+                      }
+                      return static_cast<double>(count);
+                    }), "puzzles/s"});
+    for (int s = 1; s <= 5; ++s) {
+      const std::string strategy = kind == tasks::Kind::kSudoku ? sudoku::strategy_name(s) : maze::strategy_name(s);
+      rows.push_back({name, "trace " + strategy, time_it([&] {
+                        const auto& vocab = tasks::vocabulary(kind);
+                        int64_t tokens = 0;
+                        for (int64_t i = 0; i < count; ++i) {
+                          auto seq = kind == tasks::Kind::kSudoku ? tasks::sudoku_sequence(sudokus[i], s)
+                                                                  : tasks::maze_sequence(mazes[i], s);
+                          tokens += static_cast<int64_t>(seq.document(vocab).tokens.size());
+                        }
+                        return static_cast<double>(count);
+                      }), "puzzles/s"});
+    }
+    rows.push_back({name, "stream (all strategies)", time_it([&] {
+                      tasks::TaskSource source(kind, 8, ++seed, 0);
+                      int64_t tokens = 0;
+                      for (int64_t i = 0; i < count * 5; ++i) tokens += static_cast<int64_t>(source.next().tokens.size());
+                      return static_cast<double>(tokens);
+                    }), "tokens/s"});
+  }
+  auto fmt = [](double v) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(0) << v;
+    return s.str();
+  };
+  if (output == "json") {
+    json j = {{"commit", git_commit()}, {"count", count}, {"reps", reps}, {"rows", json::array()}};
+    for (const auto& r : rows)
+      j["rows"].push_back({{"task", r.task}, {"what", r.what}, {"rate", r.per_s.mean}, {"stddev", r.per_s.stddev}, {"unit", r.unit}});
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  const bool md = output == "md";
+  if (md) std::cout << "commit " << git_commit() << " | " << count << " puzzles x " << reps << " reps, one thread\n\n"
+                    << "| task | what | rate | ± | unit |\n| --- | --- | ---: | ---: | --- |\n";
+  for (const auto& r : rows) {
+    if (md)
+      std::cout << "| " << r.task << " | " << r.what << " | " << fmt(r.per_s.mean) << " | " << fmt(r.per_s.stddev) << " | " << r.unit << " |\n";
+    else
+      std::cout << r.task << "," << r.what << "," << fmt(r.per_s.mean) << "," << fmt(r.per_s.stddev) << "," << r.unit << "\n";
+  }
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
@@ -92,9 +170,14 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     std::vector<std::string> overrides;
     int64_t batch = 8;
     int reps = 5, warmup = 1;
-    std::string output = "md";
+    std::string output = "md", suite = "model";
+    int64_t puzzles = 200;
   };
   auto o = std::make_shared<Opts>();
+  cmd->add_option("--suite", o->suite, "model (training throughput) or tasks (data generation)")
+      ->capture_default_str()->check(CLI::IsMember({"model", "tasks"}));
+  cmd->add_option("--puzzles", o->puzzles, "puzzles per repetition (suite tasks)")->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--preset", o->preset, "model shape (preset name or config file)")->capture_default_str();
   cmd->add_option("--set", o->overrides, "override a config key of the preset");
   cmd->add_option("--families", o->families,
@@ -107,6 +190,10 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   cmd->add_option("-o,--output", o->output, "md | csv | json")->capture_default_str()
       ->check(CLI::IsMember({"md", "csv", "json"}));
   commands.emplace_back(cmd, [o] {
+    if (o->suite == "tasks") {
+      bench_tasks(o->puzzles, o->reps, o->output);
+      return;
+    }
     auto base = load_model_config(o->preset, o->overrides);
     auto info = runtime_info();
     const auto device = selected_device();

@@ -7,6 +7,7 @@
 #include "data/document.h"
 #include "infer/recompute.h"
 #include "model/checkpoint.h"
+#include "tasks/score.h"
 #include "train/trainer.h"
 #include "util/files.h"
 #include "util/progress.h"
@@ -20,10 +21,61 @@ std::string fixed(double v, int digits) {
   return s.str();
 }
 
+void print_routes(const std::vector<RouteDecisions>& routes) {
+  if (routes.empty()) return;
+  std::cout << "routes (expert(gate) per window, by depth):\n";
+  for (const auto& r : routes) {
+    std::cout << "  depth " << r.depth << ":";
+    for (size_t w = 0; w < r.experts.size(); ++w)
+      std::cout << " " << r.experts[w] << "(" << fixed(r.gates[static_cast<int64_t>(w)].item<double>(), 2) << ")";
+    std::cout << "\n";
+  }
+}
+
+std::string shorten(const std::string& text, size_t limit) {
+  return text.size() <= limit ? text : text.substr(0, limit / 2) + " ... " + text.substr(text.size() - limit / 2);
+}
+
+// A held-out puzzle per strategy: greedy answer from the prompt, scored like the paper.
+void report_task(Trainer& trainer, const tasks::TaskData& task, torch::Device device) {
+  const auto& vocab = tasks::vocabulary(task.kind);
+  tasks::TaskSource source(task.kind, task.maze_size, trainer.config().seed, 1);
+  tasks::ScoreSummary summary;
+  std::vector<RouteDecisions> first_routes;
+  for (int s = 0; s < 5; ++s) {
+    auto seq = source.sequence(s);
+    auto doc = seq.document(vocab);
+    std::vector<int64_t> prompt(doc.tokens.begin(), doc.tokens.begin() + doc.prompt_len);
+    std::vector<int64_t> router_only;
+    for (int64_t i = 0; i < doc.prompt_len; ++i)
+      if (doc.router_only[i]) router_only.push_back(i);
+    const int64_t budget = static_cast<int64_t>(doc.tokens.size()) - doc.prompt_len + 16;
+    auto sample = greedy_recompute(trainer.model(), prompt, doc.prompt_len, router_only, budget,
+                                   vocab.id("<eos>", "report"), device);
+    auto words = vocab.decode(sample.tokens);
+    auto score = tasks::score_sequence(task.kind, words, s + 1, "sample");
+    summary.add(score);
+    if (s == 0) {
+      first_routes = std::move(sample.routes);
+      tasks::Tokens generated(words.begin() + doc.prompt_len, words.end());
+      const auto full = seq.tokens();
+      std::cout << "sample (strategy 1): " << shorten(tasks::join_words(generated), 300) << "\n"
+                << "expected:            " << shorten(tasks::join_words(tasks::Tokens(full.begin() + doc.prompt_len, full.end())), 300) << "\n";
+    }
+  }
+  std::cout << "held-out puzzle, all five strategies, greedy:\n" << summary.to_text(task.kind);
+  print_routes(first_routes);
+}
+
 // What the model learned, in words: held-out loss, one greedy sample and its routes.
 void report(Trainer& trainer, torch::Device device) {
   const auto& tc = trainer.config();
   std::cout << "eval loss " << fixed(trainer.evaluate(), 4) << " (held-out, per target token)\n";
+  tasks::TaskData task;
+  if (tasks::parse_task_data(tc.data, &task)) {
+    report_task(trainer, task, device);
+    return;
+  }
   if (tc.data != "task:copy") return;
   auto doc = StrategyTask::make(tc.seed, 1, 0);
   std::vector<int64_t> prompt(doc.tokens.begin(), doc.tokens.begin() + doc.prompt_len + 2);
@@ -35,15 +87,7 @@ void report(Trainer& trainer, torch::Device device) {
   std::cout << "sample    " << StrategyTask::detokenize(sample.tokens) << "\n"
             << "expected  " << StrategyTask::detokenize(doc.tokens) << "\n"
             << (sample.tokens == doc.tokens ? "correct\n" : "incorrect\n");
-  if (!sample.routes.empty()) {
-    std::cout << "routes (expert per window, by depth):\n";
-    for (const auto& r : sample.routes) {
-      std::cout << "  depth " << r.depth << ":";
-      for (size_t w = 0; w < r.experts.size(); ++w)
-        std::cout << " " << r.experts[w] << "(" << fixed(r.gates[static_cast<int64_t>(w)].item<double>(), 2) << ")";
-      std::cout << "\n";
-    }
-  }
+  print_routes(sample.routes);
 }
 
 }  // namespace

@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   lol::cli::add_forward_command(app, commands);
   lol::cli::add_info_command(app, commands);
   lol::cli::add_train_command(app, commands);
+  lol::cli::add_data_command(app, commands);
+  lol::cli::add_task_command(app, commands);
   lol::cli::add_bench_command(app, commands);
   try {
     app.parse(argc, argv);
@@ -31,7 +33,7 @@ int main(int argc, char** argv) {
   try {
     lol::configure_runtime(global.threads);
     for (auto& [sub, run] : commands)
-      if (sub->parsed()) run();
+      if (sub->parsed() && (sub->get_subcommands().empty())) run();
   } catch (const lol::Error& e) {
     std::cerr << "lol: error: " << e.what() << "\n";
     return 1;

@@ -175,6 +175,23 @@ Parsed parse_sequence(Kind kind, const Tokens& t, const std::string& where) {
   return p;
 }
 
+bool parse_task_data(const std::string& spec, TaskData* out) {
+  if (spec.rfind("task:", 0) != 0) return false;
+  std::string name = spec.substr(5);
+  TaskData data;
+  if (name.rfind("maze:", 0) == 0) {
+    const std::string n = name.substr(5);
+    LOL_CHECK(!n.empty() && n.find_first_not_of("0123456789") == std::string::npos && n.size() < 4,
+              "data spec '", spec, "': the maze size must be a number");
+    data.maze_size = std::stoi(n);
+    name = "maze";
+  }
+  if (name != "sudoku" && name != "maze") return false;
+  data.kind = parse_kind(name);
+  *out = data;
+  return true;
+}
+
 TaskSource::TaskSource(Kind kind, int maze_size, uint64_t seed, int split)
     : kind_(kind), maze_size_(maze_size), seed_(seed * 2 + static_cast<uint64_t>(split)) {
   if (kind == Kind::kMaze)

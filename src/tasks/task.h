@@ -87,6 +87,13 @@ class TaskSource : public DocumentSource {
   mutable maze::Maze cached_maze_;
 };
 
+// "task:sudoku", "task:maze" or "task:maze:N" -> kind and maze size; false for other specs.
+struct TaskData {
+  Kind kind = Kind::kMaze;
+  int maze_size = 8;
+};
+bool parse_task_data(const std::string& spec, TaskData* out);
+
 // The full sequence for a question (without "Q :") and its descriptor or filler, solved with
 // `strategy`. Throws naming `where` for a bad grid or maze, or a strategy that gets stuck.
 Sequence solve_question(Kind kind, const Tokens& question, const Tokens& descriptor, int strategy,

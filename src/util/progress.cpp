@@ -21,7 +21,7 @@ std::string format_duration(double seconds) {
 }
 
 Progress::Progress(std::string label, int64_t total, int64_t start, int64_t line_every)
-    : label_(std::move(label)), total_(total), start_(start), line_every_(std::max<int64_t>(1, line_every)),
+    : label_(std::move(label)), total_(total), start_(start), line_every_(std::max<int64_t>(1, line_every)), last_line_(start),
       tty_(::isatty(STDERR_FILENO) != 0), began_(std::chrono::steady_clock::now()) {}
 
 void Progress::update(int64_t done, const std::string& info) {
