@@ -27,6 +27,11 @@ LolCore::LolCore(const ModelConfig& config, torch::nn::Module& model) : config_(
   router = model.register_module("router", Router(config));
 }
 
+FilmRows LolCore::film_rows(int64_t l) const {
+  return FilmRows{film_attn->gamma[l - 1], film_attn->beta[l - 1], film_ffn->gamma[l - 1],
+                  film_ffn->beta[l - 1]};
+}
+
 std::vector<Block> LolCore::blocks() const {
   std::vector<Block> out;
   for (size_t m = 0; m < library->size(); ++m) out.emplace_back(library->ptr<BlockImpl>(m));
@@ -43,6 +48,7 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
   torch::Tensor x = x_in;
   for (int64_t l = 1; l <= depth_count; ++l) {
     const auto& part = layout.windows(config_.window, window_offset(l, config_.window, config_.stride));
+    if (options.hook) options.hook("core_in", l, x);
     RouteDecisions decision =
         router->route(x, l, part, layout, options.router_noise, options.force);
     if (options.hook) {
@@ -67,8 +73,7 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
     for (int64_t m = 0; m < L; ++m)
       if (counts[m] > 0)
         slices.push_back({Block(library->ptr<BlockImpl>(m)), offsets[m], counts[m]});
-    FilmRows film{film_attn->gamma[l - 1], film_attn->beta[l - 1], film_ffn->gamma[l - 1],
-                  film_ffn->beta[l - 1]};
+    FilmRows film = film_rows(l);
     auto xp = x.index_select(0, perm_t);
     auto yp = run_blocks(xp, slices, rotary.select(perm_t), part.plan, &film, perm_t, inverse_t);
     // s = H + alpha * (E(H) - H), alpha per window broadcast to its tokens.
@@ -109,6 +114,7 @@ torch::Tensor StackCore::forward(const torch::Tensor& x_in, const Layout& layout
   const int64_t n = layout.num_tokens();
   for (int64_t i = 0; i < depth_count; ++i) {
     Block block = core->ptr<BlockImpl>(i % static_cast<int64_t>(core->size()));
+    if (options.hook) options.hook("core_in", i + 1, x);
     x = run_blocks(x, {{block, 0, n}}, rotary, plan_for_layer(layout, i), nullptr);
     if (options.hook) options.hook("core_depth_out", i + 1, x);
   }

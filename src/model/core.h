@@ -16,8 +16,10 @@
 
 namespace lol {
 
-// Named intermediate tensors for analysis (llama.cpp's cb(t, name, layer)): called with
-// "prelude_out", "core_out", "router_input", "router_probs", ... and the depth or layer.
+// Named intermediate tensors for analysis and prefill (llama.cpp's cb(t, name, layer)), all
+// (N, ...) in flat token order: "prelude_in" / "coda_in" (block index, its input), "core_in"
+// (depth or layer, 1-based, its input), "router_input" / "router_probs" (depth, per window),
+// "core_depth_out", "prelude_out", "core_out".
 using TensorHook = std::function<void(const std::string& name, int64_t layer, const torch::Tensor&)>;
 
 struct ForwardOptions {
@@ -60,6 +62,7 @@ class LolCore : public Core {
   torch::nn::ModuleList library{nullptr};
   Film film_attn{nullptr}, film_ffn{nullptr};
   Router router{nullptr};
+  FilmRows film_rows(int64_t depth) const;  // FiLM of routed depth l (1-based)
 
  private:
   ModelConfig config_;

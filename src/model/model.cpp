@@ -66,13 +66,17 @@ ForwardResult LanguageModelImpl::forward(const Layout& layout, const ForwardOpti
   const int64_t n = layout.num_tokens();
   auto x = embed->forward(layout.tokens());  // (N, d)
   const auto& full = layout.document_plan();
-  for (size_t i = 0; i < prelude->size(); ++i)
+  for (size_t i = 0; i < prelude->size(); ++i) {
+    if (options.hook) options.hook("prelude_in", static_cast<int64_t>(i), x);
     x = run_blocks(x, {{Block(prelude->ptr<BlockImpl>(i)), 0, n}}, rotary, full, nullptr);
+  }
   if (options.hook) options.hook("prelude_out", 0, x);
   x = core_->forward(x, layout, rotary, options, &result.routes);
   if (options.hook) options.hook("core_out", 0, x);
-  for (size_t i = 0; i < coda->size(); ++i)
+  for (size_t i = 0; i < coda->size(); ++i) {
+    if (options.hook) options.hook("coda_in", static_cast<int64_t>(i), x);
     x = run_blocks(x, {{Block(coda->ptr<BlockImpl>(i)), 0, n}}, rotary, full, nullptr);
+  }
   x = norm->forward(x);
   result.logits = torch::nn::functional::linear(x, lm_head ? lm_head->weight : embed->weight);
   return result;

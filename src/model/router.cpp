@@ -131,17 +131,28 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
   auto first = (states.index_select(0, as_tensor(first_token)) + depth_vectors[depth - 1]) / 2;
   auto inputs = torch::where((ordinal_t == 0).unsqueeze(1), first, prefix_mean);  // (Nw, d)
 
-  auto router_matrix = weight[weight.size(0) == 1 ? 0 : depth - 1];  // (L, d)
-  auto logits = torch::matmul(inputs, router_matrix.t());             // (Nw, L)
-  if (add_noise && noise_std > 0) logits = logits + torch::randn_like(logits) * noise_std;
-  auto probs = torch::softmax(logits, -1);
-
-  RouteDecisions out;
-  out.depth = depth;
+  auto probs = probabilities(inputs, depth, add_noise);
+  RouteDecisions out = select_experts(probs, balance_bias, depth, ordinals, force);
   out.partition = &part;
   out.router_inputs = inputs;
+  return out;
+}
+
+torch::Tensor RouterImpl::probabilities(const torch::Tensor& inputs, int64_t depth, bool add_noise) const {
+  auto router_matrix = weight[weight.size(0) == 1 ? 0 : depth - 1];  // (L, d)
+  auto logits = torch::matmul(inputs, router_matrix.t());             // (n, L)
+  if (add_noise && noise_std > 0) logits = logits + torch::randn_like(logits) * noise_std;
+  return torch::softmax(logits, -1);
+}
+
+RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& bias, int64_t depth,
+                              const std::vector<int64_t>& ordinals, const ForcedPath* force) {
+  const int64_t num_windows = probs.size(0);
+  const auto device = probs.device();
+  RouteDecisions out;
+  out.depth = depth;
   out.probs = probs;
-  auto biased = (probs.detach() + balance_bias).to(torch::kCPU).to(torch::kFloat64).contiguous();
+  auto biased = (probs.detach() + bias).to(torch::kCPU).to(torch::kFloat64).contiguous();
   const int64_t L = biased.size(1);
   const double* b = biased.data_ptr<double>();
   std::vector<int64_t> chosen(num_windows);
@@ -150,6 +161,7 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
   out.forced_gate.assign(num_windows, 0);
   out.margins.assign(num_windows, std::numeric_limits<double>::infinity());
   out.router_choice.resize(num_windows);
+  bool any_forced_gate = false;
   for (int64_t w = 0; w < num_windows; ++w) {
     int64_t best = 0;
     for (int64_t m = 1; m < L; ++m)
@@ -160,31 +172,28 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
     if (L > 1) out.margins[w] = b[w * L + best] - second;
     out.router_choice[w] = best;
     chosen[w] = best;
-    if (force) {
-      if (const auto* entry = force->find(depth, windows[w].ordinal)) {
-        if (entry->expert) {
-          chosen[w] = *entry->expert;
-          out.forced_expert[w] = 1;
-        }
-        if (entry->gate) {
-          forced_gate_values[w] = *entry->gate;
-          out.forced_gate[w] = 1;
-        }
+    if (!force) continue;
+    if (const auto* entry = force->find(depth, ordinals[w])) {
+      if (entry->expert) {
+        chosen[w] = *entry->expert;
+        out.forced_expert[w] = 1;
+      }
+      if (entry->gate) {
+        forced_gate_values[w] = *entry->gate;
+        out.forced_gate[w] = 1;
+        any_forced_gate = true;
       }
     }
   }
   out.experts = chosen;
   // alpha = p_rho: the only path from the loss to the router (no gradient through argmax).
-  auto gates = probs.gather(1, as_tensor(chosen).unsqueeze(1)).squeeze(1);
-  bool any_forced_gate = false;
-  for (auto f : out.forced_gate) any_forced_gate |= f != 0;
+  auto gates = probs.gather(1, torch::tensor(chosen, torch::kInt64).to(device).unsqueeze(1)).squeeze(1);
   if (any_forced_gate) {
-    std::vector<uint8_t> mask(out.forced_gate.begin(), out.forced_gate.end());
-    auto mask_t = torch::tensor(std::vector<int64_t>(mask.begin(), mask.end()), torch::kInt64)
-                      .to(device)
-                      .to(torch::kBool);
+    auto mask = torch::tensor(std::vector<int64_t>(out.forced_gate.begin(), out.forced_gate.end()), torch::kInt64)
+                    .to(device)
+                    .to(torch::kBool);
     auto values = torch::tensor(forced_gate_values, torch::kFloat64).to(device).to(gates.scalar_type());
-    gates = torch::where(mask_t, values, gates);
+    gates = torch::where(mask, values, gates);
   }
   out.gates = gates;
   return out;

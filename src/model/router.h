@@ -43,8 +43,16 @@ struct RouteDecisions {
   torch::Tensor gates;              // (windows) alpha
 };
 
+// Top-1 selection from router probabilities (SPEC 1.4, 1.6): argmax of p + bias, then the
+// forced path; alpha = p of the chosen expert unless the gate is forced. One row per window,
+// `ordinals` its window ordinal. Fills every RouteDecisions field but partition and inputs.
+RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& bias, int64_t depth,
+                              const std::vector<int64_t>& ordinals, const ForcedPath* force);
+
 struct RouterImpl : torch::nn::Module {
   explicit RouterImpl(const ModelConfig& c);
+  // p = softmax(R_l r (+ noise)) for router inputs r: (n, d) -> (n, L).
+  torch::Tensor probabilities(const torch::Tensor& inputs, int64_t depth, bool add_noise) const;
 
   // states: (N, d) core input at depth l in flat order.
   RouteDecisions route(const torch::Tensor& states, int64_t depth, const WindowPartition& part,

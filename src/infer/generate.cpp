@@ -1,0 +1,82 @@
+#include "infer/generate.h"
+
+#include <cmath>
+
+#include "util/error.h"
+
+namespace lol {
+
+void SamplingOptions::validate() const {
+  LOL_CHECK(std::isfinite(temperature), "temperature must be a finite number, got ", temperature);
+  LOL_CHECK(top_k >= 0, "top-k must be >= 0, got ", top_k);
+  LOL_CHECK(top_p > 0 && top_p <= 1, "top-p must be in (0, 1], got ", top_p);
+  LOL_CHECK(max_tokens >= 0, "max tokens must be >= 0, got ", max_tokens);
+}
+
+int64_t sample_token(const torch::Tensor& logits_in, const SamplingOptions& o, torch::Generator& generator) {
+  auto logits = logits_in.to(torch::kCPU, torch::kFloat32);
+  if (o.temperature <= 0) return logits.argmax().item<int64_t>();
+  logits = logits / o.temperature;
+  if (o.top_k > 0 && o.top_k < logits.size(0)) {
+    auto kth = std::get<0>(logits.topk(o.top_k)).min();
+    logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
+  }
+  auto probs = torch::softmax(logits, 0);
+  if (o.top_p < 1.0) {
+    auto sorted = probs.sort(0, /*descending=*/true);
+    auto values = std::get<0>(sorted), order = std::get<1>(sorted);
+    auto before = values.cumsum(0) - values;  // mass of strictly more likely tokens
+    auto drop = before >= o.top_p;            // keep the smallest prefix reaching top_p
+    auto dropped = torch::zeros_like(drop).index_put_({order}, drop);
+    probs = probs.masked_fill(dropped, 0.0);
+  }
+  return at::multinomial(probs, 1, false, generator).item<int64_t>();
+}
+
+std::vector<Generation> generate(LanguageModel model, const std::vector<Prompt>& prompts,
+                                 const SamplingOptions& options, torch::Device device, const ForcedPath* force) {
+  options.validate();
+  Decoder decoder(model, device, force);
+  auto out = decoder.prefill(prompts);
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  const int64_t limit = model->config().max_seq_len;
+  std::vector<Generation> gens(B);
+  for (const auto& r : out.routes) gens[r.sequence].routes.push_back(r);
+  std::vector<uint8_t> done(B, 0);
+  auto generator = at::detail::createCPUGenerator(options.seed);
+  int64_t remaining = B;
+  std::vector<int64_t> next(B, 0);
+  for (int64_t b = 0; b < B; ++b)
+    if (options.max_tokens == 0) {
+      done[b] = 1;
+      gens[b].finish_reason = "length";
+      --remaining;
+    }
+  while (remaining > 0) {
+    for (int64_t b = 0; b < B; ++b) {
+      if (done[b]) continue;  // finished rows keep stepping on their last token, unread
+      next[b] = sample_token(out.logits[b], options, generator);
+      auto& g = gens[b];
+      g.tokens.push_back(next[b]);
+      const bool stop_token = std::find(options.stop_tokens.begin(), options.stop_tokens.end(), next[b]) !=
+                              options.stop_tokens.end();
+      if (stop_token || (options.stop && options.stop(b, g.tokens))) {
+        g.finish_reason = "stop";
+      } else if (static_cast<int64_t>(g.tokens.size()) >= options.max_tokens ||
+                 decoder.position(b) + 1 >= limit) {
+        g.finish_reason = "length";
+      } else {
+        continue;
+      }
+      done[b] = 1;
+      --remaining;
+    }
+    if (remaining == 0) break;
+    out = decoder.step(next);
+    for (const auto& r : out.routes)
+      if (!done[r.sequence]) gens[r.sequence].routes.push_back(r);
+  }
+  return gens;
+}
+
+}  // namespace lol

@@ -1,0 +1,38 @@
+#pragma once
+// Key/value cache of one attention layer for a batch of sequences being decoded. Each sequence
+// owns a row; slots hold the keys and values of earlier tokens that other tokens may see
+// (router-only tokens attend to themselves but are never stored, SPEC 1.5). A windowed layer
+// clears a row when its window closes, so its size never exceeds the window.
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace lol {
+
+class KVCache {
+ public:
+  KVCache(int64_t batch, int64_t kv_heads, int64_t head_dim, torch::TensorOptions options);
+
+  // Attention of one new token per row: q (B, H, dh), k/v (B, Hkv, dh), rotary applied.
+  // The token sees the stored slots of its row and itself; band > 0 also drops keys at
+  // positions <= position - band. Stores k/v unless the row's token is router-only.
+  // Returns (B, H * dh).
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                       const std::vector<int64_t>& positions, const std::vector<uint8_t>& router_only,
+                       int64_t band = 0);
+  // Appends precomputed keys/values (prefill): k/v (n, Hkv, dh) for row b at `positions`.
+  void append(int64_t row, const torch::Tensor& k, const torch::Tensor& v, const std::vector<int64_t>& positions);
+  void clear(int64_t row);  // the row's window closed
+  int64_t length(int64_t row) const { return length_[row]; }
+  int64_t bytes() const;    // bytes of keys and values held (used slots)
+
+ private:
+  void reserve(int64_t slots);
+  int64_t kv_heads_, head_dim_;
+  torch::Tensor k_, v_;          // (B, Hkv, capacity, dh)
+  torch::Tensor slot_position_;  // (B, capacity) int64, position of the token in each slot
+  std::vector<int64_t> length_;  // used slots per row
+  int64_t capacity_ = 0;
+};
+
+}  // namespace lol

@@ -1,0 +1,274 @@
+// Cached decoding against the full forward pass (SPEC 4.1).
+#include <random>
+
+#include "helpers.h"
+#include "infer/decoder.h"
+#include "infer/generate.h"
+#include "infer/recompute.h"
+
+namespace lol {
+namespace {
+
+using testing::make_model;
+using testing::random_tokens;
+
+struct Seq {
+  std::vector<int64_t> tokens;
+  int64_t prompt_len = 0;
+  std::vector<int64_t> router_only;
+};
+
+ModelConfig decode_config(std::mt19937& rng, const std::string& family) {
+  auto pick = [&](std::vector<int64_t> o) { return o[std::uniform_int_distribution<size_t>(0, o.size() - 1)(rng)]; };
+  auto c = testing::tiny_config(family);
+  c.window = pick({2, 3, 4, 5});
+  c.stride = pick({0, 1, 2, 3});
+  c.library_size = pick({1, 2, 3});
+  c.core_depth = pick({1, 2, 3});
+  c.router_tied = pick({0, 1}) == 1;
+  c.n_kv_heads = pick({1, 2, 4});
+  c.n_prelude = pick({0, 1});
+  c.n_coda = pick({0, 1});
+  c.core_attention = family == "lol" ? "full" : (std::vector<std::string>{"full", "sliding", "strided"})[pick({0, 1, 2})];
+  if (family == "looped") {
+    c.loop_blocks = pick({1, 2});
+    c.core_depth = c.loop_blocks * pick({1, 2});
+  }
+  return c;
+}
+
+std::vector<Seq> decode_seqs(std::mt19937& rng, const ModelConfig& c) {
+  std::vector<Seq> seqs;
+  for (int i = 0; i < 3; ++i) {
+    Seq s;
+    const int64_t n = std::uniform_int_distribution<int64_t>(2, 14)(rng);
+    s.tokens = random_tokens(rng, n, c.vocab_size);
+    s.prompt_len = std::uniform_int_distribution<int>(0, 1)(rng) ? std::uniform_int_distribution<int64_t>(1, n)(rng) : 0;
+    for (int64_t p = 0; p < n; ++p)
+      if (std::uniform_int_distribution<int>(0, 5)(rng) == 0) s.router_only.push_back(p);
+    seqs.push_back(s);
+  }
+  return seqs;
+}
+
+// Full forward of all sequences packed into one row: logits per sequence and routes keyed by
+// (sequence, depth, window).
+struct Reference {
+  std::vector<torch::Tensor> logits;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::tuple<int64_t, double, double>> routes;  // expert, gate, margin
+};
+
+Reference full_forward(LanguageModel& model, const std::vector<Seq>& seqs, const ForcedPath* force = nullptr) {
+  int64_t total = 0;
+  for (const auto& s : seqs) total += static_cast<int64_t>(s.tokens.size());
+  Batch batch;
+  batch.tokens = torch::zeros({1, total + 2}, torch::kInt64);
+  batch.router_only = torch::zeros({1, total + 2}, torch::kBool);
+  batch.documents.resize(1);
+  int64_t col = 0;
+  for (const auto& s : seqs) {
+    for (size_t i = 0; i < s.tokens.size(); ++i) batch.tokens[0][col + static_cast<int64_t>(i)] = s.tokens[i];
+    for (auto p : s.router_only) batch.router_only[0][col + p] = true;
+    batch.documents[0].push_back({col, static_cast<int64_t>(s.tokens.size()), s.prompt_len});
+    col += static_cast<int64_t>(s.tokens.size());
+  }
+  torch::NoGradGuard no_grad;
+  Layout layout(batch, model->config().vocab_size, torch::kCPU);
+  ForwardOptions options;
+  options.force = force;
+  auto result = model->forward(layout, options);
+  Reference ref;
+  for (const auto& d : layout.documents()) ref.logits.push_back(result.logits.narrow(0, d.start, d.length));
+  for (const auto& r : result.routes)
+    for (size_t w = 0; w < r.experts.size(); ++w) {
+      const auto& win = r.partition->windows[w];
+      ref.routes[{win.document, r.depth, win.ordinal}] = {r.experts[w], r.gates[static_cast<int64_t>(w)].item<double>(), r.margins[w]};
+    }
+  return ref;
+}
+
+// Prefills the first `prefix` tokens of every sequence, then decodes the rest one token per
+// step (all sequences in one batch; finished ones repeat their last token). Returns the
+// logits after every token and the routes.
+std::pair<std::vector<torch::Tensor>, std::vector<DecodeRoute>> decode(LanguageModel& model, const std::vector<Seq>& seqs,
+                                                                       int64_t prefix, const ForcedPath* force = nullptr) {
+  Decoder decoder(model, torch::kCPU, force);
+  std::vector<Prompt> prompts;
+  for (const auto& s : seqs) {
+    Prompt p;
+    const int64_t m = std::min<int64_t>(prefix, static_cast<int64_t>(s.tokens.size()));
+    p.tokens.assign(s.tokens.begin(), s.tokens.begin() + m);
+    p.prompt_len = s.prompt_len;
+    for (auto r : s.router_only)
+      if (r < m) p.router_only.push_back(r);
+    prompts.push_back(p);
+  }
+  std::vector<std::vector<torch::Tensor>> rows(seqs.size());
+  auto out = decoder.prefill(prompts);
+  std::vector<DecodeRoute> routes = out.routes;
+  for (size_t b = 0; b < seqs.size(); ++b) rows[b].push_back(out.logits[static_cast<int64_t>(b)]);
+  int64_t longest = 0;
+  for (const auto& s : seqs) longest = std::max<int64_t>(longest, static_cast<int64_t>(s.tokens.size()));
+  for (int64_t i = prefix; i < longest; ++i) {
+    std::vector<int64_t> tokens;
+    std::vector<uint8_t> ro;
+    for (const auto& s : seqs) {
+      const int64_t n = static_cast<int64_t>(s.tokens.size());
+      tokens.push_back(s.tokens[std::min(i, n - 1)]);
+      ro.push_back(i < n && std::find(s.router_only.begin(), s.router_only.end(), i) != s.router_only.end());
+    }
+    out = decoder.step(tokens, ro);
+    for (size_t b = 0; b < seqs.size(); ++b)
+      if (i < static_cast<int64_t>(seqs[b].tokens.size())) rows[b].push_back(out.logits[static_cast<int64_t>(b)]);
+    for (const auto& r : out.routes)
+      if (i < static_cast<int64_t>(seqs[r.sequence].tokens.size())) routes.push_back(r);
+  }
+  std::vector<torch::Tensor> logits;
+  for (auto& r : rows) logits.push_back(torch::stack(r));
+  // prefill returns only the last prompt token's logits: align rows with positions.
+  return {logits, routes};
+}
+
+void expect_equal_to_forward(LanguageModel& model, const std::vector<Seq>& seqs, int64_t prefix, const ForcedPath* force = nullptr) {
+  auto ref = full_forward(model, seqs, force);
+  auto [logits, routes] = decode(model, seqs, prefix, force);
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    const int64_t n = static_cast<int64_t>(seqs[b].tokens.size());
+    const int64_t m = std::min<int64_t>(prefix, n);
+    auto expected = ref.logits[b].narrow(0, m - 1, n - m + 1);
+    ASSERT_EQ(logits[b].size(0), expected.size(0));
+    const double scale = std::max(1.0, expected.abs().max().item<double>());
+    EXPECT_LT(testing::max_abs_diff(logits[b], expected) / scale, 1e-4) << "sequence " << b << " prefix " << prefix;
+  }
+  size_t matched = 0;
+  for (const auto& r : routes) {
+    auto it = ref.routes.find({r.sequence, r.depth, r.window});
+    ASSERT_NE(it, ref.routes.end()) << "sequence " << r.sequence << " depth " << r.depth << " window " << r.window;
+    const auto [expert, gate, margin] = it->second;
+    if (margin > 1e-4) EXPECT_EQ(r.expert, expert);
+    EXPECT_NEAR(r.gate, gate, 1e-4);
+    ++matched;
+  }
+  EXPECT_EQ(matched, ref.routes.size());  // every window of every sequence was routed once
+}
+
+class DecodeTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DecodeTest, TokenByTokenAndPrefillEqualTheFullForward) {
+  std::mt19937 rng(77);
+  for (int trial = 0; trial < 4; ++trial) {
+    auto c = decode_config(rng, GetParam());
+    SCOPED_TRACE(c.to_json().dump());
+    auto model = make_model(c, 300 + trial);
+    auto seqs = decode_seqs(rng, c);
+    expect_equal_to_forward(model, seqs, 1);  // decode from the first token
+    expect_equal_to_forward(model, seqs, 5);  // prefill, then decode
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFamilies, DecodeTest, ::testing::Values("lol", "dense", "looped", "moe"));
+
+TEST(Decode, ForcedPathsMatchTheFullForward) {
+  auto c = testing::tiny_config();
+  auto model = make_model(c, 8);
+  std::mt19937 rng(3);
+  std::vector<Seq> seqs = {{random_tokens(rng, 13, c.vocab_size), 3, {1}}, {random_tokens(rng, 9, c.vocab_size), 0, {}}};
+  ForcedPath path;
+  path.depths[1][0] = {2, std::nullopt};
+  path.depths[2][1] = {std::nullopt, 0.8};
+  path.depths[3][1] = {0, 0.5};  // and every later window of depth 3
+  expect_equal_to_forward(model, seqs, 1, &path);
+  expect_equal_to_forward(model, seqs, 6, &path);
+}
+
+TEST(Decode, ForcingTheRoutersOwnChoicesGeneratesTheSame) {
+  auto c = testing::tiny_config();
+  c.core_depth = 3;
+  auto model = make_model(c, 12);
+  Prompt prompt{{3, 9, 4, 1, 7}, 2, {}};
+  SamplingOptions greedy;
+  greedy.max_tokens = 20;
+  auto free_run = generate(model, {prompt}, greedy, torch::kCPU);
+  ForcedPath path;
+  for (const auto& r : free_run[0].routes) path.depths[r.depth][r.window] = {r.expert, r.gate};
+  auto forced = generate(model, {prompt}, greedy, torch::kCPU, &path);
+  EXPECT_EQ(forced[0].tokens, free_run[0].tokens);
+  ASSERT_EQ(forced[0].routes.size(), free_run[0].routes.size());
+  for (size_t i = 0; i < forced[0].routes.size(); ++i) {
+    EXPECT_TRUE(forced[0].routes[i].forced_expert);
+    EXPECT_EQ(forced[0].routes[i].expert, free_run[0].routes[i].expert);
+  }
+  // A different path changes the routes actually used.
+  ForcedPath other;
+  for (int64_t l = 1; l <= c.core_depth; ++l) other.depths[l][0] = {(free_run[0].routes[0].expert + 1) % c.library_size, 0.9};
+  auto changed = generate(model, {prompt}, greedy, torch::kCPU, &other);
+  for (const auto& r : changed[0].routes) EXPECT_EQ(r.expert, (free_run[0].routes[0].expert + 1) % c.library_size);
+}
+
+TEST(Decode, CoreMemoryIsConstantInContextLength) {
+  auto c = testing::tiny_config();
+  c.max_seq_len = 1024;
+  auto model = make_model(c, 2);
+  Decoder decoder(model, torch::kCPU);
+  decoder.prefill({Prompt{{1, 2, 3}, 0, {}}});
+  std::vector<int64_t> core, growing;
+  for (int64_t i = 0; i < 300; ++i) {
+    decoder.step({(i * 7) % c.vocab_size});
+    if (i == 50 || i == 299) {
+      core.push_back(decoder.core_state_bytes());
+      growing.push_back(decoder.growing_cache_bytes());
+    }
+  }
+  EXPECT_GT(core[0], 0);
+  EXPECT_LE(core[1], core[0]);  // bounded by D windows of W tokens (phase may differ by a slot)
+  const int64_t bound = c.core_depth * (2 * c.window * c.n_kv_heads * c.head_dim() * 4 + 3 * c.d_model * 4 + 64);
+  EXPECT_LE(core[1], bound);
+  EXPECT_GT(growing[1], growing[0]);  // prelude and coda caches do grow
+}
+
+TEST(Sampling, GreedyTopKTopPAndSeeds) {
+  auto logits = torch::tensor({0.1f, 3.0f, 2.9f, -1.0f});
+  SamplingOptions greedy;
+  auto gen = at::detail::createCPUGenerator(1);
+  EXPECT_EQ(sample_token(logits, greedy, gen), 1);
+  SamplingOptions top1;
+  top1.temperature = 1.0;
+  top1.top_k = 1;
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(sample_token(logits, top1, gen), 1);
+  SamplingOptions nucleus;
+  nucleus.temperature = 1.0;
+  nucleus.top_p = 0.5;  // token 1 alone holds about half the mass; 1 and 2 together more
+  std::set<int64_t> seen;
+  for (int i = 0; i < 200; ++i) seen.insert(sample_token(logits, nucleus, gen));
+  EXPECT_TRUE(seen.count(1));
+  EXPECT_FALSE(seen.count(0));
+  EXPECT_FALSE(seen.count(3));
+  SamplingOptions hot;
+  hot.temperature = 2.0;
+  auto g1 = at::detail::createCPUGenerator(5), g2 = at::detail::createCPUGenerator(5);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_token(logits, hot, g1), sample_token(logits, hot, g2));
+}
+
+}  // namespace
+}  // namespace lol
+
+namespace lol {
+namespace {
+TEST(Decode, CachedGreedyEqualsRecomputingTheWholeSequence) {
+  for (std::string family : {"lol", "dense", "moe"}) {
+    auto c = testing::tiny_config(family);
+    auto model = testing::make_model(c, 21);
+    std::vector<Prompt> prompts = {{{5, 3, 8, 1}, 2, {1}}, {{9, 9}, 0, {}}, {{4, 1, 2, 6, 3, 3, 7}, 4, {}}};
+    SamplingOptions greedy;
+    greedy.max_tokens = 15;
+    auto cached = generate(model, prompts, greedy, torch::kCPU);
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      auto slow = greedy_recompute(model, prompts[b].tokens, prompts[b].prompt_len, prompts[b].router_only, 15, -1, torch::kCPU);
+      std::vector<int64_t> continuation(slow.tokens.begin() + static_cast<long>(prompts[b].tokens.size()), slow.tokens.end());
+      EXPECT_EQ(cached[b].tokens, continuation) << family << " prompt " << b;
+      EXPECT_EQ(cached[b].finish_reason, "length");
+    }
+  }
+}
+}  // namespace
+}  // namespace lol
