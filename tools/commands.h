@@ -25,6 +25,7 @@ void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
 void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_data_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_task_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
+void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 
 // "1,2,3" -> {1, 2, 3}; names the flag and the item that is not an integer.

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   lol::cli::add_forward_command(app, commands);
   lol::cli::add_info_command(app, commands);
   lol::cli::add_train_command(app, commands);
+  lol::cli::add_generate_command(app, commands);
   lol::cli::add_data_command(app, commands);
   lol::cli::add_task_command(app, commands);
   lol::cli::add_bench_command(app, commands);
