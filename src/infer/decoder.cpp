@@ -1,8 +1,26 @@
 #include "infer/decoder.h"
 
+#include <chrono>
+
 #include "util/error.h"
 
 namespace lol {
+namespace {
+int64_t parameter_bytes(const torch::nn::Module& m) {
+  int64_t bytes = 0;
+  for (const auto& p : m.parameters()) bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  return bytes;
+}
+// A block's weights a token reads: everything but the MoE experts it did not use.
+int64_t block_bytes_read(Block block) {
+  if (!block->moe) return parameter_bytes(*block);
+  int64_t bytes = parameter_bytes(*block) - parameter_bytes(*block->moe->experts);
+  const auto& load = block->moe->last_load;
+  for (size_t e = 0; e < load.size(); ++e)
+    if (load[e] > 0) bytes += parameter_bytes(*block->moe->experts[e]);
+  return bytes;
+}
+}  // namespace
 
 // One block application in execution order, with its cache and, for windowed layers, the
 // per-sequence window bookkeeping.
@@ -238,7 +256,10 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const std::ve
       }
     auto qkv = l.block->attention_inputs(x, nullptr);
     auto att = attend(qkv, l.kind == Layer::Kind::kSliding ? c.window : 0);
-    return l.block->finish(x, att, nullptr);
+    auto y = l.block->finish(x, att, nullptr);
+    stats_.block_calls += 1;
+    stats_.weight_bytes += block_bytes_read(l.block);
+    return y;
   }
 
   // Routed depth: open windows where the ordinal changed, route them, then run each expert
@@ -294,6 +315,8 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const std::ve
     auto idx = torch::tensor(rows, torch::kInt64).to(device_);
     Block block(lol_core.library->ptr<BlockImpl>(expert));
     auto qkv = block->attention_inputs(x.index_select(0, idx), &film);
+    stats_.block_calls += 1;
+    stats_.weight_bytes += parameter_bytes(*block);
     q.index_copy_(0, idx, qkv.q);
     k.index_copy_(0, idx, qkv.k);
     v.index_copy_(0, idx, qkv.v);
@@ -315,10 +338,21 @@ DecodeOutput Decoder::step(const std::vector<int64_t>& tokens, const std::vector
   for (auto t : tokens) LOL_CHECK(t >= 0 && t < c.vocab_size, "token id ", t, " is outside the vocabulary [0, ", c.vocab_size, ")");
   std::vector<uint8_t> router_only = router_only_in.empty() ? std::vector<uint8_t>(B, 0) : router_only_in;
   DecodeOutput out;
+  stats_ = StepStats{};
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto t0 = Clock::now();
   auto x = model_->embed->forward(torch::tensor(tokens, torch::kInt64).to(device_));  // (B, d)
-  for (auto& l : layers_) x = run_layer(*l, x, router_only, &out.routes);
+  for (auto& l : layers_) {
+    auto t = Clock::now();
+    x = run_layer(*l, x, router_only, &out.routes);
+    if (l->hook_name == "core_in") stats_.core_seconds += seconds_since(t);
+  }
   x = model_->norm->forward(x);
-  out.logits = torch::nn::functional::linear(x, model_->lm_head ? model_->lm_head->weight : model_->embed->weight);
+  const auto& head = model_->lm_head ? model_->lm_head->weight : model_->embed->weight;
+  out.logits = torch::nn::functional::linear(x, head);
+  stats_.weight_bytes += head.numel() * static_cast<int64_t>(head.element_size());
+  stats_.other_seconds = seconds_since(t0) - stats_.core_seconds;
   for (auto& p : positions_) ++p;
   return out;
 }

@@ -51,6 +51,14 @@ class Decoder {
   int64_t core_state_bytes() const;   // routed/windowed core state, all sequences
   int64_t growing_cache_bytes() const;  // prelude, coda and full/sliding core caches
 
+  // What the latest step did: block calls (a routed depth counts one per distinct expert in
+  // the batch), weight bytes those calls read (plus the LM head), and where the time went.
+  struct StepStats {
+    int64_t block_calls = 0, weight_bytes = 0;
+    double core_seconds = 0, other_seconds = 0;  // core layers vs prelude, coda, head
+  };
+  const StepStats& last_step() const { return stats_; }
+
  private:
   struct Layer;
   torch::Tensor run_layer(Layer& layer, const torch::Tensor& x, const std::vector<uint8_t>& router_only,
@@ -60,6 +68,7 @@ class Decoder {
   const ForcedPath* force_;
   std::vector<std::unique_ptr<Layer>> layers_;  // execution order: prelude, core, coda
   std::vector<int64_t> positions_, prompt_lens_;
+  StepStats stats_;
 };
 
 }  // namespace lol

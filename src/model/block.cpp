@@ -39,9 +39,26 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
   down = register_module("down", linear(hidden, dim));
 }
 
+torch::Tensor FusedWeight::get(const std::vector<torch::Tensor>& parts) {
+  if (torch::GradMode::is_enabled()) return torch::cat(parts, 0);
+  bool fresh = cached_.defined() && data_.size() == parts.size();
+  for (size_t i = 0; fresh && i < parts.size(); ++i)
+    fresh = data_[i] == parts[i].data_ptr() && versions_[i] == parts[i]._version();
+  if (!fresh) {
+    cached_ = torch::cat(parts, 0);
+    data_.clear();
+    versions_.clear();
+    for (const auto& p : parts) {
+      data_.push_back(p.data_ptr());
+      versions_.push_back(p._version());
+    }
+  }
+  return cached_;
+}
+
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
   // gate and up in one GEMM: (n, d) x (d, 2F)
-  auto both = torch::nn::functional::linear(x, torch::cat({gate->weight, up->weight}, 0));
+  auto both = torch::nn::functional::linear(x, gate_up.get({gate->weight, up->weight}));
   auto parts = both.chunk(2, -1);
   return down->forward(torch::silu(parts[0]) * parts[1]);
 }
@@ -99,7 +116,7 @@ BlockImpl::QKV BlockImpl::attention_inputs(const torch::Tensor& x, const FilmRow
   const int64_t n = x.size(0);
   const int64_t q_cols = attn->heads * attn->head_dim, kv_cols = attn->kv_heads * attn->head_dim;
   auto fused = torch::nn::functional::linear(
-      h, torch::cat({attn->q->weight, attn->k->weight, attn->v->weight}, 0));
+      h, qkv_weight.get({attn->q->weight, attn->k->weight, attn->v->weight}));
   auto parts = fused.split_with_sizes({q_cols, kv_cols, kv_cols}, -1);
   return QKV{parts[0].reshape({n, attn->heads, attn->head_dim}),
              parts[1].reshape({n, attn->kv_heads, attn->head_dim}),

@@ -41,10 +41,25 @@ struct AttentionImpl : torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
+// Several weight matrices stacked along their output dimension so one GEMM serves them all.
+// With gradients on, the stack is rebuilt on each call (autograd flows through it); without,
+// it is cached until any part changes (tensor version counters), so decoding does not copy
+// the weights at every token.
+class FusedWeight {
+ public:
+  torch::Tensor get(const std::vector<torch::Tensor>& parts);
+
+ private:
+  torch::Tensor cached_;
+  std::vector<const void*> data_;
+  std::vector<uint32_t> versions_;
+};
+
 struct FeedForwardImpl : torch::nn::Module {
   FeedForwardImpl(int64_t dim, int64_t hidden);
   torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
   torch::nn::Linear gate{nullptr}, up{nullptr}, down{nullptr};
+  FusedWeight gate_up;
 };
 TORCH_MODULE(FeedForward);
 
@@ -74,6 +89,7 @@ struct BlockImpl : torch::nn::Module {
 
   RMSNorm attn_norm{nullptr}, ffn_norm{nullptr};
   Attention attn{nullptr};
+  FusedWeight qkv_weight;
   FeedForward ffn{nullptr};
   MoeFeedForward moe{nullptr};  // registered as "ffn" in place of the dense FFN
 };
