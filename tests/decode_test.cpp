@@ -18,25 +18,6 @@ struct Seq {
   std::vector<int64_t> router_only;
 };
 
-ModelConfig decode_config(std::mt19937& rng, const std::string& family) {
-  auto pick = [&](std::vector<int64_t> o) { return o[std::uniform_int_distribution<size_t>(0, o.size() - 1)(rng)]; };
-  auto c = testing::tiny_config(family);
-  c.window = pick({2, 3, 4, 5});
-  c.stride = pick({0, 1, 2, 3});
-  c.library_size = pick({1, 2, 3});
-  c.core_depth = pick({1, 2, 3});
-  c.router_tied = pick({0, 1}) == 1;
-  c.n_kv_heads = pick({1, 2, 4});
-  c.n_prelude = pick({0, 1});
-  c.n_coda = pick({0, 1});
-  c.core_attention = family == "lol" ? "full" : (std::vector<std::string>{"full", "sliding", "strided"})[pick({0, 1, 2})];
-  if (family == "looped") {
-    c.loop_blocks = pick({1, 2});
-    c.core_depth = c.loop_blocks * pick({1, 2});
-  }
-  return c;
-}
-
 std::vector<Seq> decode_seqs(std::mt19937& rng, const ModelConfig& c) {
   std::vector<Seq> seqs;
   for (int i = 0; i < 3; ++i) {
@@ -157,7 +138,7 @@ class DecodeTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(DecodeTest, TokenByTokenAndPrefillEqualTheFullForward) {
   std::mt19937 rng(77);
   for (int trial = 0; trial < 4; ++trial) {
-    auto c = decode_config(rng, GetParam());
+    auto c = testing::random_config(rng, GetParam());
     SCOPED_TRACE(c.to_json().dump());
     auto model = make_model(c, 300 + trial);
     auto seqs = decode_seqs(rng, c);

@@ -51,6 +51,29 @@ inline LanguageModel make_model(const ModelConfig& c, uint64_t seed, double rout
   return model;
 }
 
+// A random small config of `family`: window, stride, library, depth, tying, GQA, stacks.
+inline ModelConfig random_config(std::mt19937& rng, const std::string& family) {
+  auto pick = [&](std::vector<int64_t> options) {
+    return options[std::uniform_int_distribution<size_t>(0, options.size() - 1)(rng)];
+  };
+  ModelConfig c = tiny_config(family);
+  c.window = pick({2, 3, 4, 5});
+  c.stride = pick({0, 1, 2, 3});
+  c.library_size = pick({1, 2, 3, 4});
+  c.core_depth = pick({1, 2, 3, 4});
+  c.router_tied = pick({0, 1}) == 1;
+  c.n_kv_heads = pick({1, 2, 4});
+  c.tie_embeddings = pick({0, 1}) == 1;
+  c.n_prelude = pick({0, 1});
+  c.n_coda = pick({0, 1});
+  c.core_attention = family == "lol" ? "full" : (std::vector<std::string>{"full", "sliding", "strided"})[pick({0, 1, 2})];
+  if (family == "looped") {
+    c.loop_blocks = pick({1, 2});
+    c.core_depth = c.loop_blocks * pick({1, 2});
+  }
+  return c;
+}
+
 inline TensorMap weights_of(const LanguageModel& model) {
   TensorMap out;
   for (auto& [name, t] : model->named_state()) out[name] = t.detach().clone();

@@ -9,6 +9,7 @@ namespace {
 
 using testing::make_model;
 using testing::max_abs_diff;
+using testing::random_config;
 using testing::random_tokens;
 using testing::tiny_config;
 using testing::weights_of;
@@ -91,28 +92,6 @@ void expect_matches_reference(const ModelConfig& c, LanguageModel model,
       EXPECT_NEAR(gate_margin[key].first, route.gate, 1e-4);
     }
   }
-}
-
-ModelConfig random_config(std::mt19937& rng, const std::string& family) {
-  auto pick = [&](std::vector<int64_t> options) {
-    return options[std::uniform_int_distribution<size_t>(0, options.size() - 1)(rng)];
-  };
-  ModelConfig c = tiny_config(family);
-  c.window = pick({2, 3, 4, 5});
-  c.stride = pick({0, 1, 2, 3});
-  c.library_size = pick({1, 2, 3, 4});
-  c.core_depth = pick({1, 2, 3, 4});
-  c.router_tied = pick({0, 1}) == 1;
-  c.n_kv_heads = pick({1, 2, 4});
-  c.tie_embeddings = pick({0, 1}) == 1;
-  c.n_prelude = pick({0, 1});
-  c.n_coda = pick({0, 1});
-  c.core_attention = family == "lol" ? "full" : (std::vector<std::string>{"full", "sliding", "strided"})[pick({0, 1, 2})];
-  if (family == "looped") {
-    c.loop_blocks = pick({1, 2});
-    c.core_depth = c.loop_blocks * pick({1, 2});
-  }
-  return c;
 }
 
 std::vector<Doc> random_docs(std::mt19937& rng, const ModelConfig& c, int count) {
