@@ -95,7 +95,7 @@ torch::Tensor MoeFeedForwardImpl::forward(const torch::Tensor& x) {
     auto idx = torch::tensor(rows[e], torch::kInt64).to(x.device());
     auto slot = torch::tensor(slots[e], torch::kInt64).to(x.device());
     auto y = experts[e]->as<FeedForward>()->forward(x.index_select(0, idx));
-    out = out.index_add(0, idx, y * flat_gates.index_select(0, slot).unsqueeze(1));
+    out = out.index_add(0, idx, (y * flat_gates.index_select(0, slot).unsqueeze(1)).to(out.scalar_type()));
   }
   return out;
 }

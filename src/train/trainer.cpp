@@ -6,6 +6,7 @@
 
 #include "model/checkpoint.h"
 #include "model/stats.h"
+#include "train/precision.h"
 #include "util/files.h"
 
 namespace lol {
@@ -92,9 +93,13 @@ StepMetrics Trainer::train_step() {
   options.router_noise = true;
   for (auto& b : micro) {
     Layout layout(b.batch, mc.vocab_size, device_);
-    auto result = model_->forward(layout, options);
+    ForwardResult result;
+    {
+      AutocastGuard autocast(device_, config_.precision == "auto");
+      result = model_->forward(layout, options);
+    }
     auto loss = torch::nn::functional::cross_entropy(
-        result.logits, b.targets.to(device_),
+        result.logits.to(torch::kFloat32), b.targets.to(device_),
         torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum));
     loss_sum += loss.item<double>();
     (loss / static_cast<double>(std::max<int64_t>(1, loss_tokens))).backward();
@@ -144,7 +149,11 @@ double Trainer::evaluate() {
   for (int64_t i = 0; i < config_.eval_batches; ++i) {
     auto b = packer.next();
     Layout layout(b.batch, mc.vocab_size, device_);
-    auto logits = model_->forward(layout, options).logits;
+    torch::Tensor logits;
+    {
+      AutocastGuard autocast(device_, config_.precision == "auto");
+      logits = model_->forward(layout, options).logits.to(torch::kFloat32);
+    }
     loss_sum += torch::nn::functional::cross_entropy(
                     logits, b.targets.to(device_),
                     torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum))
