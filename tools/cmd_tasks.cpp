@@ -53,7 +53,8 @@ void add_data_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
           documents.push_back(seq.document(vocab));
       }
       ++puzzle;
-      progress.update(++kept, std::to_string(kept * 5) + " sequences");
+      ++kept;
+      progress.update(kept, std::to_string(kept * 5) + " sequences");
     }
     if (o->format == "text")
       write_file_atomic(o->out, text);
