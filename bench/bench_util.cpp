@@ -1,0 +1,87 @@
+#include "bench_util.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+namespace lol::bench {
+
+Spread spread(const std::vector<double>& xs) {
+  Spread s;
+  for (double x : xs) s.mean += x;
+  s.mean /= static_cast<double>(xs.size());
+  for (double x : xs) s.stddev += (x - s.mean) * (x - s.mean);
+  s.stddev = xs.size() > 1 ? std::sqrt(s.stddev / static_cast<double>(xs.size() - 1)) : 0.0;
+  return s;
+}
+
+double percentile(std::vector<double> xs, double q) {
+  std::sort(xs.begin(), xs.end());
+  const double pos = q * static_cast<double>(xs.size() - 1);
+  const size_t lo = static_cast<size_t>(pos), hi = std::min(lo + 1, xs.size() - 1);
+  return xs[lo] + (xs[hi] - xs[lo]) * (pos - static_cast<double>(lo));
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+void synchronize(torch::Device device) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (device.is_cuda()) torch::cuda::synchronize();
+#endif
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string fixed(double value, int digits) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << value;
+  return out.str();
+}
+
+Spread measure_matmul_peak(int64_t size, int reps, torch::Device device) {
+  auto a = torch::randn({size, size}, device), b = torch::randn({size, size}, device);
+  torch::mm(a, b);
+  synchronize(device);
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    auto c = torch::mm(a, b);
+    synchronize(device);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    rates.push_back(2.0 * size * size * size / s / 1e9);
+  }
+  return spread(rates);
+}
+
+ModelConfig family_config(ModelConfig base, const std::string& spec) {
+  auto dash = spec.find('-');
+  base.family = spec.substr(0, dash);
+  if (dash != std::string::npos) base.core_attention = spec.substr(dash + 1);
+  if (base.family == "looped") base.loop_blocks = std::max<int64_t>(1, base.library_size);
+  if (base.family == "moe") base.moe_experts = base.library_size;
+  base.validate();
+  return base;
+}
+
+void Table::header(const std::vector<std::string>& cells) {
+  row(cells);
+  if (markdown_) row(std::vector<std::string>(cells.size(), "---"));
+}
+
+void Table::row(const std::vector<std::string>& cells) const {
+  for (size_t i = 0; i < cells.size(); ++i) std::cout << (markdown_ ? (i ? " | " : "| ") : (i ? "," : "")) << cells[i];
+  std::cout << (markdown_ ? " |\n" : "\n");
+}
+
+}  // namespace lol::bench

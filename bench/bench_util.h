@@ -1,0 +1,41 @@
+#pragma once
+// Shared pieces of the bench suites: spread over repetitions, comma lists, device sync,
+// md/csv table lines, the machine's matmul peak and the family spec strings.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/config.h"
+
+namespace lol::bench {
+
+using Clock = std::chrono::steady_clock;
+
+struct Spread {
+  double mean = 0, stddev = 0;
+};
+Spread spread(const std::vector<double>& xs);
+double percentile(std::vector<double> xs, double q);
+std::vector<std::string> split(const std::string& text);  // "a,b" -> {"a", "b"}
+void synchronize(torch::Device device);                    // waits for queued GPU work
+double seconds_since(Clock::time_point start);
+std::string fixed(double value, int digits);
+// fp32 GEMM throughput of this machine with the current thread settings (GFLOP/s).
+Spread measure_matmul_peak(int64_t size, int reps, torch::Device device);
+// "dense-sliding" -> family dense, core_attention sliding; looped and moe take L blocks/experts.
+ModelConfig family_config(ModelConfig base, const std::string& spec);
+
+// Prints rows as a markdown table (with a header rule) or as CSV.
+class Table {
+ public:
+  explicit Table(bool markdown) : markdown_(markdown) {}
+  void header(const std::vector<std::string>& cells);
+  void row(const std::vector<std::string>& cells) const;
+
+ private:
+  bool markdown_;
+};
+
+}  // namespace lol::bench

@@ -1,0 +1,138 @@
+#include <iostream>
+
+#include "bench_util.h"
+#include "infer/decoder.h"
+#include "suites.h"
+#include "util/runtime.h"
+#include "util/version.h"
+
+namespace lol::bench {
+
+// Decoding: prefill throughput, per-token latency cached vs recomputing the whole sequence at
+// several contexts (the core's share reported apart from prelude, coda and head), and batch
+// scaling with the blocks and weight bytes each step touches.
+void bench_decode(const DecodeBenchOptions& o) {
+  const auto& base = o.base;
+  const auto& contexts = o.contexts;
+  const auto& batches = o.batches;
+  const int steps = o.steps, reps = o.reps;
+  const auto& output = o.output;
+  const auto device = o.device;
+  struct Row {
+    std::string family, what;
+    int64_t context = 0, batch = 1;
+    double tokens_per_s = 0, p50_ms = 0, p95_ms = 0, core_p50_ms = 0, other_p50_ms = 0, recompute_ms = 0;
+    double block_calls = 0, weight_mb_per_token = 0;
+  };
+  std::vector<Row> rows;
+  const int64_t longest = *std::max_element(contexts.begin(), contexts.end());
+  for (const auto& family : o.families) {
+    auto config = family_config(base, family);
+    config.max_seq_len = std::max(config.max_seq_len, longest + steps + 8);
+    LanguageModel model(config);
+    model->initialize(0);
+    model->to(device);
+    model->eval();
+    torch::NoGradGuard no_grad;
+    auto random_prompt = [&](int64_t n, int64_t salt) {
+      Prompt p;
+      for (int64_t i = 0; i < n; ++i) p.tokens.push_back((i * 7919 + salt * 104729) % config.vocab_size);
+      return p;
+    };
+    auto time_steps = [&](Decoder& decoder, std::vector<double>& ms, std::vector<double>& core, std::vector<double>& other,
+                          double& calls, double& bytes) {
+      std::vector<int64_t> next(decoder.batch(), 1);
+      for (int s = 0; s < steps + 2; ++s) {
+        auto t0 = Clock::now();
+        decoder.step(next);
+        synchronize(device);
+        const double t = std::chrono::duration<double>(Clock::now() - t0).count() * 1e3;
+        if (s < 2) continue;  // warm-up
+        ms.push_back(t);
+        core.push_back(decoder.last_step().core_seconds * 1e3);
+        other.push_back(decoder.last_step().other_seconds * 1e3);
+        calls += static_cast<double>(decoder.last_step().block_calls) / steps;
+        bytes += static_cast<double>(decoder.last_step().weight_bytes) / steps;
+      }
+    };
+    for (int64_t C : contexts) {
+      Decoder decoder(model, device);
+      auto t0 = Clock::now();
+      decoder.prefill({random_prompt(C, 1)});
+      synchronize(device);
+      const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      rows.push_back({family, "prefill", C, 1, static_cast<double>(C) / prefill_s});
+      std::vector<double> ms, core, other;
+      double calls = 0, bytes = 0;
+      time_steps(decoder, ms, core, other, calls, bytes);
+      std::vector<double> recompute;
+      for (int r = 0; r < reps; ++r) {
+        Layout layout(Batch::single(random_prompt(C + 1, 2).tokens), config.vocab_size, device);
+        auto t1 = Clock::now();
+        model->forward(layout);
+        synchronize(device);
+        recompute.push_back(std::chrono::duration<double>(Clock::now() - t1).count() * 1e3);
+      }
+      Row row{family, "decode", C, 1};
+      row.p50_ms = percentile(ms, 0.5);
+      row.p95_ms = percentile(ms, 0.95);
+      row.tokens_per_s = 1e3 / row.p50_ms;
+      row.core_p50_ms = percentile(core, 0.5);
+      row.other_p50_ms = percentile(other, 0.5);
+      row.recompute_ms = percentile(recompute, 0.5);
+      row.block_calls = calls;
+      row.weight_mb_per_token = bytes / 1e6;
+      rows.push_back(row);
+    }
+    const int64_t C = std::min<int64_t>(512, longest);
+    for (int64_t B : batches) {
+      Decoder decoder(model, device);
+      std::vector<Prompt> prompts;
+      for (int64_t b = 0; b < B; ++b) prompts.push_back(random_prompt(C, b + 3));
+      decoder.prefill(prompts);
+      std::vector<double> ms, core, other;
+      double calls = 0, bytes = 0;
+      time_steps(decoder, ms, core, other, calls, bytes);
+      Row row{family, "batch", C, B};
+      row.p50_ms = percentile(ms, 0.5);
+      row.p95_ms = percentile(ms, 0.95);
+      row.tokens_per_s = static_cast<double>(B) * 1e3 / row.p50_ms;
+      row.core_p50_ms = percentile(core, 0.5);
+      row.other_p50_ms = percentile(other, 0.5);
+      row.block_calls = calls;
+      row.weight_mb_per_token = bytes / 1e6 / static_cast<double>(B);
+      rows.push_back(row);
+    }
+  }
+  auto info = runtime_info();
+  auto fmt = fixed;
+  if (output == "json") {
+    json j = {{"commit", git_commit()}, {"blas", info.blas}, {"torch_threads", info.torch_threads},
+              {"blas_threads", info.blas_threads}, {"config", base.to_json()}, {"rows", json::array()}};
+    for (const auto& r : rows)
+      j["rows"].push_back({{"family", r.family}, {"what", r.what}, {"context", r.context}, {"batch", r.batch},
+                           {"tokens_per_s", r.tokens_per_s}, {"p50_ms", r.p50_ms}, {"p95_ms", r.p95_ms},
+                           {"core_p50_ms", r.core_p50_ms}, {"other_p50_ms", r.other_p50_ms},
+                           {"recompute_ms", r.recompute_ms}, {"block_calls_per_step", r.block_calls},
+                           {"weight_mb_per_token", r.weight_mb_per_token}});
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  const bool md = output == "md";
+  Table table(md);
+  if (md)
+    std::cout << "commit " << git_commit() << " | BLAS: " << info.blas << "\nthreads: torch " << info.torch_threads
+              << ", BLAS " << info.blas_threads << " | " << steps << " timed steps\n\n";
+  table.header({"family", "what", "context", "batch", "tokens/s", "p50 ms", "p95 ms", "core p50 ms", "rest p50 ms",
+                "recompute ms", "x cached", "blocks/step", "weight MB/token"});
+  for (const auto& r : rows) {
+    const bool decode = r.what != "prefill";
+    table.row({r.family, r.what, std::to_string(r.context), std::to_string(r.batch), fmt(r.tokens_per_s, 1),
+          decode ? fmt(r.p50_ms, 2) : "", decode ? fmt(r.p95_ms, 2) : "", decode ? fmt(r.core_p50_ms, 2) : "",
+          decode ? fmt(r.other_p50_ms, 2) : "", r.recompute_ms > 0 ? fmt(r.recompute_ms, 1) : "",
+          r.recompute_ms > 0 ? fmt(r.recompute_ms / r.p50_ms, 1) : "", decode ? fmt(r.block_calls, 1) : "",
+          decode ? fmt(r.weight_mb_per_token, 2) : ""});
+  }
+}
+
+}  // namespace lol::bench

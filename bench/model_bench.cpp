@@ -1,0 +1,131 @@
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "bench_util.h"
+#include "model/model.h"
+#include "model/stats.h"
+#include "suites.h"
+#include "train/trainer.h"
+#include "util/runtime.h"
+#include "util/version.h"
+
+namespace lol::bench {
+namespace {
+
+struct Row {
+  std::string family, mode;
+  int64_t seq_len = 0, batch = 0;
+  Spread tokens_per_s, ms_per_step;
+  double mfu = 0, flops_per_token = 0;
+};
+
+// Seconds per repetition of one mode for one model: forward+backward ("train"), a whole
+// optimizer step on packed task documents ("step"), or a forward pass ("forward").
+std::vector<double> time_mode(const ModelBenchOptions& o, const std::string& mode, LanguageModel& model, int64_t T) {
+  const auto& config = model->config();
+  model->train(mode != "forward");
+  Batch batch;
+  batch.tokens = torch::randint(0, config.vocab_size, {o.batch, T}, torch::kInt64);
+  Layout layout(batch, config.vocab_size, o.device);
+  auto targets = torch::randint(0, config.vocab_size, {layout.num_tokens()}, torch::kInt64).to(o.device);
+  ForwardOptions options;
+  options.router_noise = mode != "forward";
+  std::unique_ptr<Trainer> trainer;
+  const auto run_dir = std::filesystem::temp_directory_path() / ("lol-bench-" + std::to_string(::getpid()));
+  if (mode == "step") {
+    TrainConfig tc;
+    tc.steps = o.warmup + o.reps;
+    tc.batch_rows = o.batch;
+    tc.seq_len = T;
+    tc.eval_every = 0;
+    tc.checkpoint_every = 0;
+    trainer = std::make_unique<Trainer>(model, tc, run_dir.string(), o.device);
+  }
+  std::vector<double> times;
+  for (int r = 0; r < o.warmup + o.reps; ++r) {
+    auto t0 = Clock::now();
+    if (mode == "step") {
+      trainer->train_step();
+    } else if (mode == "train") {
+      model->zero_grad();
+      auto out = model->forward(layout, options);
+      torch::nn::functional::cross_entropy(out.logits, targets).backward();
+    } else {
+      torch::NoGradGuard no_grad;
+      model->forward(layout, options);
+    }
+    synchronize(o.device);
+    if (r >= o.warmup) times.push_back(seconds_since(t0));
+  }
+  if (trainer) std::filesystem::remove_all(run_dir);
+  return times;
+}
+
+}  // namespace
+
+void bench_model(const ModelBenchOptions& o) {
+  const auto info = runtime_info();
+  const auto peak = measure_matmul_peak(1024, 5, o.device);
+  std::vector<Row> rows;
+  for (const auto& mode : o.modes)
+    for (const int64_t T : o.seq_lens)
+      for (const auto& family : o.families) {
+        auto config = family_config(o.base, family);
+        LanguageModel model(config);
+        model->initialize(0);
+        model->to(o.device);
+        Row row{family, mode, T, o.batch};
+        std::vector<double> rates, ms;
+        // Step mode packs whole documents into the rows; like the other modes it counts the
+        // row capacity (padding at row ends is a few percent).
+        for (double s : time_mode(o, mode, model, T)) {
+          rates.push_back(static_cast<double>(o.batch * T) / s);
+          ms.push_back(s * 1e3);
+        }
+        row.tokens_per_s = spread(rates);
+        row.ms_per_step = spread(ms);
+        const auto stats = model_stats(config, T);
+        row.flops_per_token = mode == "forward" ? stats.forward_flops_per_token : stats.train_flops_per_token;
+        row.mfu = row.tokens_per_s.mean * row.flops_per_token / (peak.mean * 1e9);
+        rows.push_back(row);
+      }
+  // Each row's ratio to the first family of the same mode and length.
+  auto baseline = [&](const Row& r) {
+    for (const auto& b : rows)
+      if (b.mode == r.mode && b.seq_len == r.seq_len) return b.tokens_per_s.mean;
+    return r.tokens_per_s.mean;
+  };
+  const std::string first_family = o.families.front();
+  if (o.output == "json") {
+    json j = {{"commit", git_commit()},
+              {"blas", info.blas},
+              {"torch_threads", info.torch_threads},
+              {"blas_threads", info.blas_threads},
+              {"matmul_peak_gflops", {{"mean", peak.mean}, {"stddev", peak.stddev}}},
+              {"config", o.base.to_json()},
+              {"rows", json::array()}};
+    for (const auto& r : rows)
+      j["rows"].push_back({{"family", r.family}, {"mode", r.mode}, {"seq_len", r.seq_len}, {"batch", r.batch},
+                           {"tokens_per_s", r.tokens_per_s.mean}, {"tokens_per_s_stddev", r.tokens_per_s.stddev},
+                           {"ms_per_step", r.ms_per_step.mean}, {"flops_per_token", r.flops_per_token},
+                           {"mfu", r.mfu}, {"ratio_to_" + first_family, r.tokens_per_s.mean / baseline(r)}});
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  const bool md = o.output == "md";
+  if (md)
+    std::cout << "commit " << git_commit() << " | BLAS: " << info.blas << "\n"
+              << "threads: torch " << info.torch_threads << ", BLAS " << info.blas_threads << " | fp32 matmul peak "
+              << fixed(peak.mean, 1) << " ± " << fixed(peak.stddev, 1) << " GFLOP/s (1024^3) | preset "
+              << o.preset_name << "\n\n";
+  Table table(md);
+  table.header({"family", "mode", "seq", "batch", "tokens/s", "±", "ms/step", "GFLOP/token", "MFU %", "x " + first_family});
+  for (const auto& r : rows)
+    table.row({r.family, r.mode, std::to_string(r.seq_len), std::to_string(r.batch), fixed(r.tokens_per_s.mean, 1),
+               fixed(r.tokens_per_s.stddev, 1), fixed(r.ms_per_step.mean, 1), fixed(r.flops_per_token / 1e9, 4),
+               fixed(100 * r.mfu, 1), fixed(r.tokens_per_s.mean / baseline(r), 3)});
+}
+
+}  // namespace lol::bench

@@ -1,0 +1,42 @@
+#pragma once
+// The three `lol bench` suites. Each prints one table (md or csv) or a JSON document, stamped
+// with the commit, the BLAS and the thread counts. Never run by the tests.
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/config.h"
+
+namespace lol::bench {
+
+struct ModelBenchOptions {
+  ModelConfig base;
+  std::string preset_name;
+  std::vector<std::string> families, modes;  // modes: train, step, forward
+  std::vector<int64_t> seq_lens;
+  int64_t batch = 8;
+  int reps = 5, warmup = 1;
+  std::string output = "md";
+  torch::Device device = torch::kCPU;
+};
+// Training throughput per family: forward+backward, a whole optimizer step, or forward only;
+// tokens/s with spread, FLOPs per token and utilisation of the measured matmul peak.
+void bench_model(const ModelBenchOptions& options);
+
+struct DecodeBenchOptions {
+  ModelConfig base;
+  std::vector<std::string> families;
+  std::vector<int64_t> contexts, batches;
+  int steps = 16, reps = 3;
+  std::string output = "md";
+  torch::Device device = torch::kCPU;
+};
+// Prefill tokens/s; per-token latency cached vs recomputed by context (core vs rest); batch
+// scaling with block calls and weight bytes per token.
+void bench_decode(const DecodeBenchOptions& options);
+
+// Task data as a pipeline: puzzles/s generated and traced per strategy, tokens/s streamed.
+void bench_tasks(int64_t puzzles, int reps, const std::string& output);
+
+}  // namespace lol::bench
