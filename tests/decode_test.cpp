@@ -4,7 +4,7 @@
 #include "helpers.h"
 #include "infer/decoder.h"
 #include "infer/generate.h"
-#include "infer/recompute.h"
+#include "recompute.h"
 
 namespace lol {
 namespace {

@@ -1,11 +1,12 @@
 // lol train: train any family from scratch, or resume a run exactly.
 #include <iomanip>
+#include <map>
 #include <iostream>
 #include <sstream>
 
 #include "commands.h"
 #include "data/document.h"
-#include "infer/recompute.h"
+#include "infer/generate.h"
 #include "model/checkpoint.h"
 #include "tasks/score.h"
 #include "train/trainer.h"
@@ -21,13 +22,30 @@ std::string fixed(double v, int digits) {
   return s.str();
 }
 
-void print_routes(const std::vector<RouteDecisions>& routes) {
+struct Sample {
+  std::vector<int64_t> tokens;      // prompt + continuation
+  std::vector<DecodeRoute> routes;  // every window of every depth, in decision order
+};
+
+// Greedy continuation with the cached decoder.
+Sample greedy(LanguageModel& model, const Prompt& prompt, int64_t max_new, int64_t eos, torch::Device device) {
+  SamplingOptions options;
+  options.max_tokens = max_new;
+  options.stop_tokens = {eos};
+  auto g = generate(model, {prompt}, options, device).front();
+  Sample s{prompt.tokens, std::move(g.routes)};
+  s.tokens.insert(s.tokens.end(), g.tokens.begin(), g.tokens.end());
+  return s;
+}
+
+void print_routes(const std::vector<DecodeRoute>& routes) {
   if (routes.empty()) return;
+  std::map<int64_t, std::vector<const DecodeRoute*>> by_depth;
+  for (const auto& r : routes) by_depth[r.depth].push_back(&r);
   std::cout << "routes (expert(gate) per window, by depth):\n";
-  for (const auto& r : routes) {
-    std::cout << "  depth " << r.depth << ":";
-    for (size_t w = 0; w < r.experts.size(); ++w)
-      std::cout << " " << r.experts[w] << "(" << fixed(r.gates[static_cast<int64_t>(w)].item<double>(), 2) << ")";
+  for (const auto& [depth, list] : by_depth) {
+    std::cout << "  depth " << depth << ":";
+    for (const auto* r : list) std::cout << " " << r->expert << "(" << fixed(r->gate, 2) << ")";
     std::cout << "\n";
   }
 }
@@ -41,17 +59,13 @@ void report_task(Trainer& trainer, const tasks::TaskData& task, torch::Device de
   const auto& vocab = tasks::vocabulary(task.kind);
   tasks::TaskSource source(task.kind, task.maze_size, trainer.config().seed, 1);
   tasks::ScoreSummary summary;
-  std::vector<RouteDecisions> first_routes;
+  std::vector<DecodeRoute> first_routes;
   for (int s = 0; s < 5; ++s) {
     auto seq = source.sequence(s);
     auto doc = seq.document(vocab);
-    std::vector<int64_t> prompt(doc.tokens.begin(), doc.tokens.begin() + doc.prompt_len);
-    std::vector<int64_t> router_only;
-    for (int64_t i = 0; i < doc.prompt_len; ++i)
-      if (doc.router_only[i]) router_only.push_back(i);
-    const int64_t budget = static_cast<int64_t>(doc.tokens.size()) - doc.prompt_len + 16;
-    auto sample = greedy_recompute(trainer.model(), prompt, doc.prompt_len, router_only, budget,
-                                   vocab.id("<eos>", "report"), device);
+    auto sample = greedy(trainer.model(), prompt_from_document(doc, doc.prompt_len),
+                         static_cast<int64_t>(doc.tokens.size()) - doc.prompt_len + 16, vocab.id("<eos>", "report"),
+                         device);
     auto words = vocab.decode(sample.tokens);
     auto score = tasks::score_sequence(task.kind, words, s + 1, "sample");
     summary.add(score);
@@ -78,12 +92,9 @@ void report(Trainer& trainer, torch::Device device) {
   }
   if (tc.data != "task:copy") return;
   auto doc = StrategyTask::make(tc.seed, 1, 0);
-  std::vector<int64_t> prompt(doc.tokens.begin(), doc.tokens.begin() + doc.prompt_len + 2);
-  std::vector<int64_t> router_only;
-  for (int64_t i = 0; i < doc.prompt_len; ++i)
-    if (doc.router_only[i]) router_only.push_back(i);
-  auto sample = greedy_recompute(trainer.model(), prompt, doc.prompt_len, router_only,
-                                 static_cast<int64_t>(doc.tokens.size() - prompt.size()) + 2, 0, device);
+  const int64_t shown = doc.prompt_len + 2;  // through "A :"
+  auto sample = greedy(trainer.model(), prompt_from_document(doc, shown),
+                       static_cast<int64_t>(doc.tokens.size()) - shown + 2, 0, device);
   std::cout << "sample    " << StrategyTask::detokenize(sample.tokens) << "\n"
             << "expected  " << StrategyTask::detokenize(doc.tokens) << "\n"
             << (sample.tokens == doc.tokens ? "correct\n" : "incorrect\n");

@@ -13,6 +13,17 @@ void SamplingOptions::validate() const {
   LOL_CHECK(max_tokens >= 0, "max tokens must be >= 0, got ", max_tokens);
 }
 
+Prompt prompt_from_document(const Document& doc, int64_t length) {
+  LOL_CHECK(length > 0 && length <= static_cast<int64_t>(doc.tokens.size()), "prompt length ", length,
+            " is outside the document of ", doc.tokens.size(), " tokens");
+  Prompt p;
+  p.tokens.assign(doc.tokens.begin(), doc.tokens.begin() + length);
+  p.prompt_len = doc.prompt_len;
+  for (int64_t i = 0; i < length && i < static_cast<int64_t>(doc.router_only.size()); ++i)
+    if (doc.router_only[i]) p.router_only.push_back(i);
+  return p;
+}
+
 int64_t sample_token(const torch::Tensor& logits_in, const SamplingOptions& o, torch::Generator& generator) {
   auto logits = logits_in.to(torch::kCPU, torch::kFloat32);
   if (o.temperature <= 0) return logits.argmax().item<int64_t>();

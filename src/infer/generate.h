@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "data/document.h"
 #include "infer/decoder.h"
 
 namespace lol {
@@ -26,6 +27,10 @@ struct Generation {
   std::string finish_reason;    // "stop" or "length"
   std::vector<DecodeRoute> routes;  // every routing decision (prompt windows first), per step
 };
+
+// The first `length` tokens of a document as a prompt, with its prompt window and router-only
+// positions.
+Prompt prompt_from_document(const Document& doc, int64_t length);
 
 // Picks the next token from one row of logits (V).
 int64_t sample_token(const torch::Tensor& logits, const SamplingOptions& options, torch::Generator& generator);

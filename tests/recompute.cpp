@@ -1,4 +1,4 @@
-#include "infer/recompute.h"
+#include "recompute.h"
 
 namespace lol {
 
