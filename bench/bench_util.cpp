@@ -74,9 +74,12 @@ ModelConfig family_config(ModelConfig base, const std::string& spec) {
   return base;
 }
 
-void Table::header(const std::vector<std::string>& cells) {
+void Table::header(const std::vector<std::string>& cells, size_t text_columns) {
   row(cells);
-  if (markdown_) row(std::vector<std::string>(cells.size(), "---"));
+  if (!markdown_) return;
+  std::vector<std::string> rule(cells.size(), "---:");
+  for (size_t i = 0; i < text_columns && i < rule.size(); ++i) rule[i] = "---";
+  row(rule);
 }
 
 void Table::row(const std::vector<std::string>& cells) const {

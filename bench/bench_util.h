@@ -31,7 +31,8 @@ ModelConfig family_config(ModelConfig base, const std::string& spec);
 class Table {
  public:
   explicit Table(bool markdown) : markdown_(markdown) {}
-  void header(const std::vector<std::string>& cells);
+  // The first `text_columns` columns are left-aligned, the rest (numbers) right-aligned.
+  void header(const std::vector<std::string>& cells, size_t text_columns);
   void row(const std::vector<std::string>& cells) const;
 
  private:

@@ -124,7 +124,7 @@ void bench_decode(const DecodeBenchOptions& o) {
     std::cout << "commit " << git_commit() << " | BLAS: " << info.blas << "\nthreads: torch " << info.torch_threads
               << ", BLAS " << info.blas_threads << " | " << steps << " timed steps\n\n";
   table.header({"family", "what", "context", "batch", "tokens/s", "p50 ms", "p95 ms", "core p50 ms", "rest p50 ms",
-                "recompute ms", "x cached", "blocks/step", "weight MB/token"});
+                "recompute ms", "x cached", "blocks/step", "weight MB/token"}, 2);
   for (const auto& r : rows) {
     const bool decode = r.what != "prefill";
     table.row({r.family, r.what, std::to_string(r.context), std::to_string(r.batch), fmt(r.tokens_per_s, 1),

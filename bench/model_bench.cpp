@@ -121,7 +121,7 @@ void bench_model(const ModelBenchOptions& o) {
               << fixed(peak.mean, 1) << " ± " << fixed(peak.stddev, 1) << " GFLOP/s (1024^3) | preset "
               << o.preset_name << "\n\n";
   Table table(md);
-  table.header({"family", "mode", "seq", "batch", "tokens/s", "±", "ms/step", "GFLOP/token", "MFU %", "x " + first_family});
+  table.header({"family", "mode", "seq", "batch", "tokens/s", "±", "ms/step", "GFLOP/token", "MFU %", "x " + first_family}, 2);
   for (const auto& r : rows)
     table.row({r.family, r.mode, std::to_string(r.seq_len), std::to_string(r.batch), fixed(r.tokens_per_s.mean, 1),
                fixed(r.tokens_per_s.stddev, 1), fixed(r.ms_per_step.mean, 1), fixed(r.flops_per_token / 1e9, 4),

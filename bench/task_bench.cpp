@@ -73,7 +73,7 @@ void bench_tasks(int64_t count, int reps, const std::string& output) {
   const bool md = output == "md";
   if (md) std::cout << "commit " << git_commit() << " | " << count << " puzzles x " << reps << " reps, one thread\n\n";
   Table table(md);
-  table.header({"task", "what", "rate", "±", "unit"});
+  table.header({"task", "what", "rate", "±", "unit"}, 2);
   for (const auto& r : rows) table.row({r.task, r.what, fixed(r.per_s.mean, 0), fixed(r.per_s.stddev, 0), r.unit});
 }
 
