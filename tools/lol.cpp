@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   }
   try {
     lol::configure_runtime(global.threads);
+    lol::cli::selected_device();  // a bad --device fails before any work, whatever the command
     for (auto& [sub, run] : commands)
       if (sub->parsed() && (sub->get_subcommands().empty())) run();
   } catch (const lol::Error& e) {

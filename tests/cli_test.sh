@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# End-to-end checks of the lol binary: each command works on a tiny model, and bad input of
+# each kind ends with one clear error line and a non-zero exit (never a crash).
+set -uo pipefail
+lol="$1"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+failures=0
+pass() { echo "ok: $1"; }
+failed() { echo "FAILED: $1"; failures=$((failures + 1)); }
+
+# expect_ok NAME CMD...: exit 0
+expect_ok() {
+  local name=$1; shift
+  if "$@" >"$dir/out" 2>"$dir/err"; then pass "$name"; else failed "$name: exit $? $(tail -1 "$dir/err")"; fi
+}
+# expect_error NAME PATTERN CMD...: exit 1 (not a signal), one 'lol: error:' line matching PATTERN
+expect_error() {
+  local name=$1 pattern=$2; shift 2
+  "$@" >"$dir/out" 2>"$dir/err" </dev/null
+  local rc=$?
+  if [ "$rc" -eq 1 ] && grep -q "^lol: error: .*$pattern" "$dir/err" && [ "$(wc -l <"$dir/err")" -eq 1 ]; then
+    pass "$name"
+  else
+    failed "$name: exit $rc, stderr: $(head -c 300 "$dir/err")"
+  fi
+}
+
+expect_ok "init" "$lol" init --preset tiny --seed 1 --out "$dir/m"
+expect_ok "info" "$lol" info --model "$dir/m" --json
+expect_ok "forward" "$lol" forward --model "$dir/m" --tokens 1,2,3,4,5,6,7,8,9 --prompt-len 2 --router-only 1 --out "$dir/f.json"
+grep -q '"routes"' "$dir/f.json" && pass "forward json" || failed "forward json has no routes"
+echo '{"entries":[{"depth":1,"window":0,"expert":2,"gate":0.5}]}' >"$dir/path.json"
+expect_ok "forward forced" "$lol" forward --model "$dir/m" --tokens 1,2,3 --force "$dir/path.json" --out "$dir/g.json"
+expect_ok "generate ids" "$lol" generate --model "$dir/m" --tokens 1,2,3 --max-tokens 4 --routes "$dir/r.jsonl"
+
+expect_error "init twice" "already holds a model" "$lol" init --preset tiny --seed 1 --out "$dir/m"
+expect_error "unknown preset" "unknown preset 'nope'" "$lol" init --preset nope --seed 1 --out "$dir/x"
+expect_error "bad config value" "window must be > 0, got 0" "$lol" init --preset tiny --set window=0 --seed 1 --out "$dir/x"
+expect_error "unknown config key" "unknown config key 'windw'" "$lol" init --preset tiny --set windw=3 --seed 1 --out "$dir/x"
+expect_error "bad token list" "'x' is not an integer" "$lol" forward --model "$dir/m" --tokens 1,x --out "$dir/x.json"
+expect_error "token outside vocab" "outside the vocabulary" "$lol" forward --model "$dir/m" --tokens 1,999 --out "$dir/x.json"
+expect_error "no model dir" "not a model directory" "$lol" forward --model "$dir/none" --tokens 1 --out "$dir/x.json"
+echo '{"entries":[{"depth":9,"window":0,"expert":1}]}' >"$dir/bad_path.json"
+expect_error "forced path depth" "depth 9 is outside" "$lol" forward --model "$dir/m" --tokens 1 --force "$dir/bad_path.json" --out "$dir/x.json"
+echo '{"entries":[' >"$dir/broken.json"
+expect_error "forced path json" "not valid JSON" "$lol" forward --model "$dir/m" --tokens 1 --force "$dir/broken.json" --out "$dir/x.json"
+expect_error "bad device" "is not a device" "$lol" --device blah info --model "$dir/m"
+cp -r "$dir/m" "$dir/trunc"
+head -c 200 "$dir/m/model.safetensors" >"$dir/trunc/model.safetensors"
+expect_error "truncated checkpoint" "truncated" "$lol" forward --model "$dir/trunc" --tokens 1 --out "$dir/x.json"
+printf '\xff\xff\xff\xff\xff\xff\xff\x7f{}' >"$dir/trunc/model.safetensors"
+expect_error "oversized header" "exceeds the limit" "$lol" forward --model "$dir/trunc" --tokens 1 --out "$dir/x.json"
+
+# Tasks: generate, trace from questions, score, and malformed input naming the line.
+expect_ok "data maze" "$lol" data maze --count 5 --seed 3 --size 6 --out "$dir/maze.txt"
+expect_ok "data sudoku shards" "$lol" data sudoku --count 2 --seed 3 --format shards --out "$dir/sudoku.shard"
+sed 's/ R : .*//' "$dir/maze.txt" >"$dir/questions.txt"
+expect_ok "task trace" bash -c "'$lol' task trace maze <'$dir/questions.txt' >'$dir/traced.txt'"
+cmp -s "$dir/maze.txt" "$dir/traced.txt" && pass "trace reproduces data" || failed "task trace differs from lol data"
+expect_ok "task score" bash -c "'$lol' task score maze --json '$dir/score.json' <'$dir/maze.txt'"
+grep -q '"answer_correct": 1.0' "$dir/score.json" && pass "score json" || failed "reference sequences do not score 1"
+printf 'Q : r1c1 banana [ ... ]\n' >"$dir/bad.txt"
+expect_error "task unknown token" "line 1: unknown token 'banana'" bash -c "'$lol' task trace maze <'$dir/bad.txt'"
+printf 'Q : 1 2 3\n' >"$dir/bad.txt"
+expect_error "task truncated line" "line 1: truncated" bash -c "'$lol' task score sudoku --strategy 1 <'$dir/bad.txt'"
+
+# Training: a few steps, an exact resume, and data from a shard.
+expect_ok "train" "$lol" train --preset tiny --set vocab_size=160 --data task:maze:5 --steps 4 --train-set seq_len=128 --train-set checkpoint_every=2 --out "$dir/run"
+expect_ok "train resume (finished run)" "$lol" train --resume "$dir/run"
+expect_error "train over a run" "already holds a run" "$lol" train --preset tiny --steps 2 --out "$dir/run"
+expect_error "train bad setting" "optimizer must be muon or adamw" "$lol" train --preset tiny --train-set optimizer=sgd --out "$dir/run2"
+expect_ok "train from shard" "$lol" train --preset tiny --set vocab_size=160 --data "$dir/sudoku.shard" --steps 2 --train-set seq_len=512 --out "$dir/run3"
+expect_ok "generate task text" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --max-tokens 8
+
+if [ "$failures" -ne 0 ]; then echo "$failures CLI checks failed"; exit 1; fi
+echo "all CLI checks passed"
