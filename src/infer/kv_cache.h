@@ -28,6 +28,7 @@ class KVCache {
 
  private:
   void reserve(int64_t slots);
+  torch::Tensor attend_cpu(const torch::Tensor& q, const std::vector<int64_t>& positions, int64_t band);
   int64_t kv_heads_, head_dim_;
   torch::Tensor k_, v_;          // (B, Hkv, capacity, dh)
   torch::Tensor slot_position_;  // (B, capacity) int64, position of the token in each slot
