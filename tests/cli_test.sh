@@ -70,6 +70,8 @@ expect_ok "train" "$lol" train --preset tiny --set vocab_size=160 --data task:ma
 expect_ok "train resume (finished run)" "$lol" train --resume "$dir/run"
 expect_error "train over a run" "already holds a run" "$lol" train --preset tiny --steps 2 --out "$dir/run"
 expect_error "train bad setting" "optimizer must be muon or adamw" "$lol" train --preset tiny --train-set optimizer=sgd --out "$dir/run2"
+expect_error "overwrite with a bad setting" "lr must be > 0" "$lol" train --preset tiny --train-set lr=0 --overwrite --out "$dir/run"
+[ -d "$dir/run/checkpoints" ] && pass "bad overwrite keeps the old run" || failed "a rejected --overwrite deleted the old run"
 expect_ok "train from shard" "$lol" train --preset tiny --set vocab_size=160 --data "$dir/sudoku.shard" --steps 2 --train-set seq_len=512 --out "$dir/run3"
 expect_ok "generate task text" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --max-tokens 8
 

@@ -49,8 +49,6 @@ std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& 
   return out;
 }
 
-namespace {
-
 ModelConfig config_from_flags(const std::string& config_file, const std::string& preset,
                               const std::vector<std::string>& overrides) {
   LOL_CHECK(config_file.empty() != preset.empty(), "give exactly one of --config and --preset");
@@ -60,6 +58,8 @@ ModelConfig config_from_flags(const std::string& config_file, const std::string&
   }
   return load_model_config(preset, overrides);
 }
+
+namespace {
 
 std::string human(double value) {
   std::ostringstream out;

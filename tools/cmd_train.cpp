@@ -134,17 +134,17 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       std::cerr << "resuming " << o->resume << " at step " << trainer->step() << "\n";
     } else {
       LOL_CHECK(!o->out.empty(), "give --out DIR for a new run, or --resume DIR");
-      LOL_CHECK(o->config.empty() != o->preset.empty(), "give exactly one of --config and --preset");
       LOL_CHECK(o->overwrite || !path_exists(o->out + "/checkpoints"), "--out: ", o->out,
                 " already holds a run (resume it with --resume, or pass --overwrite)");
-      if (o->overwrite) std::filesystem::remove_all(o->out);
-      auto config = load_model_config(o->config.empty() ? o->preset : o->config, o->overrides);
+      auto config = config_from_flags(o->config, o->preset, o->overrides);
       TrainConfig tc;
       tc.seed = o->seed;
       if (!o->data.empty()) tc.data = o->data;
       if (o->steps > 0) tc.steps = o->steps;
       for (const auto& a : o->train_overrides) apply_override(TrainConfig::fields(), a, tc);
       tc.validate();
+      // Only now, with every setting checked, may an old run be replaced.
+      if (o->overwrite) std::filesystem::remove_all(o->out);
       LanguageModel model(config);
       model->initialize(o->seed);
       trainer = std::make_unique<Trainer>(model, tc, o->out, device);

@@ -7,6 +7,8 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "model/config.h"
+
 namespace lol::cli {
 
 struct GlobalOptions {
@@ -27,6 +29,10 @@ void add_data_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
 void add_task_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
+
+// The model config of --config FILE or --preset NAME (exactly one), with --set overrides.
+ModelConfig config_from_flags(const std::string& config_file, const std::string& preset,
+                              const std::vector<std::string>& overrides);
 
 // "1,2,3" -> {1, 2, 3}; names the flag and the item that is not an integer.
 std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text);
