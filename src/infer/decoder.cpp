@@ -227,12 +227,11 @@ DecodeOutput Decoder::prefill(const std::vector<Prompt>& prompts) {
   for (int64_t b = 0; b < B; ++b) {
     last.push_back(docs[b].start + docs[b].length - 1);
     positions_[b] = docs[b].length;
-    prompt_lens_[b] = docs[b].prompt_len;
+    // The layout clips a prompt window longer than the prompt; keep the caller's P so decoding
+    // continues the prompt window (SPEC 1.3 with P given up front).
+    prompt_lens_[b] = prompts[b].prompt_len;
   }
   out.logits = result.logits.index_select(0, torch::tensor(last, torch::kInt64).to(device_));
-  // A prompt window longer than the prompt is clipped by the layout; keep the caller's P so
-  // decoding continues the prompt window (SPEC 1.3 with P given up front).
-  for (int64_t b = 0; b < B; ++b) prompt_lens_[b] = prompts[b].prompt_len;
   return out;
 }
 

@@ -100,12 +100,13 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
   const auto device = states.device();
 
   // mu_k: mean state of each window (router-only tokens included; there is no padding).
-  std::vector<int64_t> lengths, first_token, slot_prev, ordinals;
+  std::vector<int64_t> lengths, first_token, slots, slot_prev, ordinals;
   int64_t max_windows = 0;
   for (const auto& w : windows) max_windows = std::max(max_windows, w.ordinal + 1);
   for (const auto& w : windows) {
     lengths.push_back(w.length);
     first_token.push_back(layout.documents()[w.document].start);
+    slots.push_back(w.document * max_windows + w.ordinal);
     slot_prev.push_back(w.document * max_windows + std::max<int64_t>(w.ordinal - 1, 0));
     ordinals.push_back(w.ordinal);
   }
@@ -119,8 +120,6 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
   // r_k = mean of mu_0..mu_{k-1} within the document: cumulative sums over a
   // (documents, max windows) grid, so no sum runs across documents.
   const int64_t num_docs = static_cast<int64_t>(layout.documents().size());
-  std::vector<int64_t> slots;
-  for (const auto& w : windows) slots.push_back(w.document * max_windows + w.ordinal);
   auto grid = torch::zeros({num_docs * max_windows, d}, states.options())
                   .index_copy(0, as_tensor(slots), mu)
                   .view({num_docs, max_windows, d})
