@@ -99,7 +99,6 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
                      const AttentionPlan& plan, const torch::Tensor& perm,
                      const torch::Tensor& inverse_perm) {
   const int64_t heads = q.size(1), kv_heads = k.size(1), head_dim = q.size(2);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   std::vector<torch::Tensor> outputs;
   outputs.reserve(plan.buckets.size());
   for (const auto& b : plan.buckets) {
@@ -117,7 +116,7 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
 #if TORCH_VERSION_MAJOR >= 2
     auto out = at::scaled_dot_product_attention(qb, kb, vb, b.allowed);
 #else
-    auto scores = torch::matmul(qb, kb.transpose(-1, -2)).mul_(scale);
+    auto scores = torch::matmul(qb, kb.transpose(-1, -2)).mul_(1.0 / std::sqrt(static_cast<double>(head_dim)));
     scores.masked_fill_(b.allowed.logical_not(), -std::numeric_limits<float>::infinity());
     auto out = torch::matmul(torch::softmax(scores, -1), vb);
 #endif
