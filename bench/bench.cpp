@@ -1,7 +1,7 @@
 // lol bench: llama-bench style measurements, separate from the tests. Comma-separated options
 // expand into all combinations; each is repeated and reported with its spread, and the header
 // stamps the commit, the BLAS, the thread counts (and, for the model suite, the machine's
-// measured fp32 matmul peak). Suites: model (training), decode (inference), tasks (data).
+// measured matmul peak in the precision used). Suites: model (training), decode (inference), tasks (data).
 #include "../tools/commands.h"
 #include "bench_util.h"
 #include "suites.h"
@@ -27,7 +27,7 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   auto* cmd = app.add_subcommand("bench", "throughput, latency and FLOPs utilisation (not a test)");
   struct Opts {
     std::string suite = "model", preset = "maze-cpu", families = "dense,lol", seq_lens = "512", modes = "train,step";
-    std::string contexts = "128,512,1024,4096", batches = "1,8,32", output = "md";
+    std::string contexts = "128,512,1024,4096", batches = "1,8,32", output = "md", precision = "auto";
     std::vector<std::string> overrides;
     int64_t batch = 8, puzzles = 200;
     int reps = 5, warmup = 1, steps = 16;
@@ -50,6 +50,9 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   cmd->add_option("--puzzles", o->puzzles, "tasks: puzzles per repetition")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--reps", o->reps, "timed repetitions")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", o->warmup, "untimed repetitions first")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--precision", o->precision, "model: auto (bf16 autocast on CUDA, fp32 elsewhere), fp32 or bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   cmd->add_option("-o,--output", o->output, "md | csv | json")->capture_default_str()->check(CLI::IsMember({"md", "csv", "json"}));
   commands.emplace_back(cmd, [o] {
     if (o->suite == "tasks") {
@@ -86,6 +89,7 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     m.reps = o->reps;
     m.warmup = o->warmup;
     m.output = o->output;
+    m.precision = o->precision;
     m.device = selected_device();
     bench::bench_model(m);
   });

@@ -49,8 +49,9 @@ std::string fixed(double value, int digits) {
   return out.str();
 }
 
-Spread measure_matmul_peak(int64_t size, int reps, torch::Device device) {
-  auto a = torch::randn({size, size}, device), b = torch::randn({size, size}, device);
+Spread measure_matmul_peak(int64_t size, int reps, torch::Device device, torch::ScalarType dtype) {
+  auto options = torch::TensorOptions().device(device).dtype(dtype);
+  auto a = torch::randn({size, size}, options), b = torch::randn({size, size}, options);
   torch::mm(a, b);
   synchronize(device);
   std::vector<double> rates;

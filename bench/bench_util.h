@@ -22,8 +22,8 @@ std::vector<std::string> split(const std::string& text);  // "a,b" -> {"a", "b"}
 void synchronize(torch::Device device);                    // waits for queued GPU work
 double seconds_since(Clock::time_point start);
 std::string fixed(double value, int digits);
-// fp32 GEMM throughput of this machine with the current thread settings (GFLOP/s).
-Spread measure_matmul_peak(int64_t size, int reps, torch::Device device);
+// GEMM throughput (size^3, GFLOP/s) in `dtype` on `device` with the current thread settings.
+Spread measure_matmul_peak(int64_t size, int reps, torch::Device device, torch::ScalarType dtype = torch::kFloat32);
 // "dense-sliding" -> family dense, core_attention sliding; looped and moe take L blocks/experts.
 ModelConfig family_config(ModelConfig base, const std::string& spec);
 

@@ -7,6 +7,7 @@
 #include "model/model.h"
 #include "model/stats.h"
 #include "suites.h"
+#include "train/precision.h"
 #include "train/trainer.h"
 #include "util/runtime.h"
 #include "util/version.h"
@@ -32,6 +33,7 @@ std::vector<double> time_mode(const ModelBenchOptions& o, const std::string& mod
   auto targets = torch::randint(0, config.vocab_size, {layout.num_tokens()}, torch::kInt64).to(o.device);
   ForwardOptions options;
   options.router_noise = mode != "forward";
+  const bool bf16 = uses_bf16_autocast(o.precision, o.device);
   std::unique_ptr<Trainer> trainer;
   const auto run_dir = std::filesystem::temp_directory_path() / ("lol-bench-" + std::to_string(::getpid()));
   if (mode == "step") {
@@ -41,6 +43,7 @@ std::vector<double> time_mode(const ModelBenchOptions& o, const std::string& mod
     tc.seq_len = T;
     tc.eval_every = 0;
     tc.checkpoint_every = 0;
+    tc.precision = o.precision;
     trainer = std::make_unique<Trainer>(model, tc, run_dir.string(), o.device);
   }
   std::vector<double> times;
@@ -50,10 +53,15 @@ std::vector<double> time_mode(const ModelBenchOptions& o, const std::string& mod
       trainer->train_step();
     } else if (mode == "train") {
       model->zero_grad();
-      auto out = model->forward(layout, options);
-      torch::nn::functional::cross_entropy(out.logits, targets).backward();
+      torch::Tensor logits;
+      {
+        AutocastGuard autocast(o.device, bf16);
+        logits = model->forward(layout, options).logits;
+      }
+      torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), targets).backward();
     } else {
       torch::NoGradGuard no_grad;
+      AutocastGuard autocast(o.device, bf16);
       model->forward(layout, options);
     }
     synchronize(o.device);
@@ -67,7 +75,11 @@ std::vector<double> time_mode(const ModelBenchOptions& o, const std::string& mod
 
 void bench_model(const ModelBenchOptions& o) {
   const auto info = runtime_info();
-  const auto peak = measure_matmul_peak(1024, 5, o.device);
+  // MFU is against the measured peak of the precision the matrix products run in; a GPU
+  // needs larger products than a CPU core to reach its peak.
+  const bool bf16 = uses_bf16_autocast(o.precision, o.device);
+  const auto peak = measure_matmul_peak(o.device.is_cuda() ? 8192 : 1024, 5, o.device,
+                                        bf16 ? torch::kBFloat16 : torch::kFloat32);
   std::vector<Row> rows;
   for (const auto& mode : o.modes)
     for (const int64_t T : o.seq_lens)
@@ -76,7 +88,11 @@ void bench_model(const ModelBenchOptions& o) {
         LanguageModel model(config);
         model->initialize(0);
         model->to(o.device);
-        Row row{family, mode, T, o.batch};
+        Row row;
+        row.family = family;
+        row.mode = mode;
+        row.seq_len = T;
+        row.batch = o.batch;
         std::vector<double> rates, ms;
         // Step mode packs whole documents into the rows; like the other modes it counts the
         // row capacity (padding at row ends is a few percent).
@@ -103,6 +119,8 @@ void bench_model(const ModelBenchOptions& o) {
               {"blas", info.blas},
               {"torch_threads", info.torch_threads},
               {"blas_threads", info.blas_threads},
+              {"device", o.device.str()},
+              {"precision", bf16 ? "bf16" : "fp32"},
               {"matmul_peak_gflops", {{"mean", peak.mean}, {"stddev", peak.stddev}}},
               {"config", o.base.to_json()},
               {"rows", json::array()}};
@@ -117,8 +135,9 @@ void bench_model(const ModelBenchOptions& o) {
   const bool md = o.output == "md";
   if (md)
     std::cout << "commit " << git_commit() << " | BLAS: " << info.blas << "\n"
-              << "threads: torch " << info.torch_threads << ", BLAS " << info.blas_threads << " | fp32 matmul peak "
-              << fixed(peak.mean, 1) << " ± " << fixed(peak.stddev, 1) << " GFLOP/s (1024^3) | preset "
+              << "threads: torch " << info.torch_threads << ", BLAS " << info.blas_threads << " | device " << o.device.str()
+              << " | " << (bf16 ? "bf16 autocast" : "fp32") << " | matmul peak "
+              << fixed(peak.mean, 1) << " ± " << fixed(peak.stddev, 1) << " GFLOP/s | preset "
               << o.preset_name << "\n\n";
   Table table(md);
   table.header({"family", "mode", "seq", "batch", "tokens/s", "±", "ms/step", "GFLOP/token", "MFU %", "x " + first_family}, 2);

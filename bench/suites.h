@@ -18,6 +18,7 @@ struct ModelBenchOptions {
   int64_t batch = 8;
   int reps = 5, warmup = 1;
   std::string output = "md";
+  std::string precision = "auto";  // as TrainConfig::precision: bf16 autocast or fp32
   torch::Device device = torch::kCPU;
 };
 // Training throughput per family: forward+backward, a whole optimizer step, or forward only;

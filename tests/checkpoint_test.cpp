@@ -51,10 +51,10 @@ TEST_F(CheckpointTest, SaveLoadGivesIdenticalLogitsForEveryFamily) {
     c.tie_embeddings = family == "dense";
     auto model = make_model(c, 42);
     save_model(model, dir_.string());
-    auto loaded = load_model(dir_.string());
+    auto loaded = load_model(dir_.string(), testing::device());
     EXPECT_EQ(loaded->config().to_json(), c.to_json());
     torch::NoGradGuard no_grad;
-    Layout layout(Batch::single({1, 5, 7, 2, 9, 3, 3, 8, 1}, 2, {3}), c.vocab_size, torch::kCPU);
+    Layout layout(Batch::single({1, 5, 7, 2, 9, 3, 3, 8, 1}, 2, {3}), c.vocab_size, testing::device());
     EXPECT_EQ(max_abs_diff(model->forward(layout).logits, loaded->forward(layout).logits), 0.0)
         << family;
   }

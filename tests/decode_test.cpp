@@ -54,7 +54,7 @@ Reference full_forward(LanguageModel& model, const std::vector<Seq>& seqs, const
     col += static_cast<int64_t>(s.tokens.size());
   }
   torch::NoGradGuard no_grad;
-  Layout layout(batch, model->config().vocab_size, torch::kCPU);
+  Layout layout(batch, model->config().vocab_size, testing::device());
   ForwardOptions options;
   options.force = force;
   auto result = model->forward(layout, options);
@@ -73,7 +73,7 @@ Reference full_forward(LanguageModel& model, const std::vector<Seq>& seqs, const
 // logits after every token and the routes.
 std::pair<std::vector<torch::Tensor>, std::vector<DecodeRoute>> decode(LanguageModel& model, const std::vector<Seq>& seqs,
                                                                        int64_t prefix, const ForcedPath* force = nullptr) {
-  Decoder decoder(model, torch::kCPU, force);
+  Decoder decoder(model, testing::device(), force);
   std::vector<Prompt> prompts;
   for (const auto& s : seqs) {
     Prompt p;
@@ -169,10 +169,10 @@ TEST(Decode, ForcingTheRoutersOwnChoicesGeneratesTheSame) {
   Prompt prompt{{3, 9, 4, 1, 7}, 2, {}};
   SamplingOptions greedy;
   greedy.max_tokens = 20;
-  auto free_run = generate(model, {prompt}, greedy, torch::kCPU);
+  auto free_run = generate(model, {prompt}, greedy, testing::device());
   ForcedPath path;
   for (const auto& r : free_run[0].routes) path.depths[r.depth][r.window] = {r.expert, r.gate};
-  auto forced = generate(model, {prompt}, greedy, torch::kCPU, &path);
+  auto forced = generate(model, {prompt}, greedy, testing::device(), &path);
   EXPECT_EQ(forced[0].tokens, free_run[0].tokens);
   ASSERT_EQ(forced[0].routes.size(), free_run[0].routes.size());
   for (size_t i = 0; i < forced[0].routes.size(); ++i) {
@@ -182,7 +182,7 @@ TEST(Decode, ForcingTheRoutersOwnChoicesGeneratesTheSame) {
   // A different path changes the routes actually used.
   ForcedPath other;
   for (int64_t l = 1; l <= c.core_depth; ++l) other.depths[l][0] = {(free_run[0].routes[0].expert + 1) % c.library_size, 0.9};
-  auto changed = generate(model, {prompt}, greedy, torch::kCPU, &other);
+  auto changed = generate(model, {prompt}, greedy, testing::device(), &other);
   for (const auto& r : changed[0].routes) EXPECT_EQ(r.expert, (free_run[0].routes[0].expert + 1) % c.library_size);
 }
 
@@ -190,7 +190,7 @@ TEST(Decode, CoreMemoryIsConstantInContextLength) {
   auto c = testing::tiny_config();
   c.max_seq_len = 1024;
   auto model = make_model(c, 2);
-  Decoder decoder(model, torch::kCPU);
+  Decoder decoder(model, testing::device());
   decoder.prefill({Prompt{{1, 2, 3}, 0, {}}});
   std::vector<int64_t> core, growing;
   for (int64_t i = 0; i < 300; ++i) {
@@ -242,9 +242,9 @@ TEST(Decode, CachedGreedyEqualsRecomputingTheWholeSequence) {
     std::vector<Prompt> prompts = {{{5, 3, 8, 1}, 2, {1}}, {{9, 9}, 0, {}}, {{4, 1, 2, 6, 3, 3, 7}, 4, {}}};
     SamplingOptions greedy;
     greedy.max_tokens = 15;
-    auto cached = generate(model, prompts, greedy, torch::kCPU);
+    auto cached = generate(model, prompts, greedy, testing::device());
     for (size_t b = 0; b < prompts.size(); ++b) {
-      auto slow = greedy_recompute(model, prompts[b].tokens, prompts[b].prompt_len, prompts[b].router_only, 15, -1, torch::kCPU);
+      auto slow = greedy_recompute(model, prompts[b].tokens, prompts[b].prompt_len, prompts[b].router_only, 15, -1, testing::device());
       std::vector<int64_t> continuation(slow.tokens.begin() + static_cast<long>(prompts[b].tokens.size()), slow.tokens.end());
       EXPECT_EQ(cached[b].tokens, continuation) << family << " prompt " << b;
       EXPECT_EQ(cached[b].finish_reason, "length");

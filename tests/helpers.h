@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -10,6 +11,20 @@
 #include "reference.h"
 
 namespace lol::testing {
+
+// The device the engine runs on in tests: LOL_TEST_DEVICE (cpu, cuda, cuda:N), default cpu.
+// Reference paths (float64 forward, recomputing decoder) stay on the CPU; equivalence tests
+// compare the engine on this device against them. Exact-identity tests (resume, determinism)
+// pin the CPU, where the spec promises bit equality.
+inline torch::Device device() {
+  const char* name = std::getenv("LOL_TEST_DEVICE");
+  torch::Device d(name && *name ? name : "cpu");
+  if (d.is_cuda() && !torch::cuda::is_available()) {
+    ADD_FAILURE() << "LOL_TEST_DEVICE=" << name << " but CUDA is not available";
+    return torch::kCPU;
+  }
+  return d;
+}
 
 inline ModelConfig tiny_config(const std::string& family = "lol") {
   ModelConfig c;
@@ -48,6 +63,7 @@ inline LanguageModel make_model(const ModelConfig& c, uint64_t seed, double rout
     }
     if (name == "router.depth_vectors") t.mul_(20.0);
   }
+  model->to(device());
   return model;
 }
 
@@ -76,7 +92,7 @@ inline ModelConfig random_config(std::mt19937& rng, const std::string& family) {
 
 inline TensorMap weights_of(const LanguageModel& model) {
   TensorMap out;
-  for (auto& [name, t] : model->named_state()) out[name] = t.detach().clone();
+  for (auto& [name, t] : model->named_state()) out[name] = t.detach().to(torch::kCPU).clone();
   return out;
 }
 
@@ -88,7 +104,7 @@ inline std::vector<int64_t> random_tokens(std::mt19937& rng, int64_t n, int64_t 
 }
 
 inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+  return (a.to(torch::kCPU, torch::kFloat64) - b.to(torch::kCPU, torch::kFloat64)).abs().max().item<double>();
 }
 
 }  // namespace lol::testing

@@ -60,7 +60,7 @@ reference::Document to_reference(const Doc& d) {
 void expect_matches_reference(const ModelConfig& c, LanguageModel model,
                               const std::vector<Doc>& docs, bool pack,
                               const ForcedPath* force = nullptr, int64_t depth = -1) {
-  Layout layout(make_batch(docs, pack), c.vocab_size, torch::kCPU);
+  Layout layout(make_batch(docs, pack), c.vocab_size, testing::device());
   torch::NoGradGuard no_grad;
   ForwardOptions options;
   options.force = force;
@@ -128,10 +128,10 @@ TEST_P(FamilyTest, AppendingTokensNeverChangesEarlierLogitsOrRoutes) {
   auto model = make_model(c, 5);
   torch::NoGradGuard no_grad;
   auto tokens = random_tokens(rng, 17, c.vocab_size);
-  auto full = model->forward(Layout(Batch::single(tokens, 3, {4}), c.vocab_size, torch::kCPU));
+  auto full = model->forward(Layout(Batch::single(tokens, 3, {4}), c.vocab_size, testing::device()));
   for (int64_t m : {1, 4, 9, 16}) {
     std::vector<int64_t> prefix(tokens.begin(), tokens.begin() + m);
-    auto part = model->forward(Layout(Batch::single(prefix, 3, m > 4 ? std::vector<int64_t>{4} : std::vector<int64_t>{}), c.vocab_size, torch::kCPU));
+    auto part = model->forward(Layout(Batch::single(prefix, 3, m > 4 ? std::vector<int64_t>{4} : std::vector<int64_t>{}), c.vocab_size, testing::device()));
     EXPECT_LT(max_abs_diff(part.logits, full.logits.narrow(0, 0, m)), 1e-5) << "prefix " << m;
     ASSERT_EQ(part.routes.size(), full.routes.size());
     for (size_t l = 0; l < part.routes.size(); ++l)
@@ -148,10 +148,10 @@ TEST_P(FamilyTest, PackedRowsEqualEachDocumentAlone) {
   auto model = make_model(c, 11);
   torch::NoGradGuard no_grad;
   auto docs = random_docs(rng, c, 4);
-  Layout packed(make_batch(docs, true), c.vocab_size, torch::kCPU);
+  Layout packed(make_batch(docs, true), c.vocab_size, testing::device());
   auto together = model->forward(packed);
   for (size_t d = 0; d < docs.size(); ++d) {
-    Layout alone(make_batch({docs[d]}, false), c.vocab_size, torch::kCPU);
+    Layout alone(make_batch({docs[d]}, false), c.vocab_size, testing::device());
     auto single = model->forward(alone);
     const auto& fd = packed.documents()[d];
     EXPECT_LT(max_abs_diff(single.logits, together.logits.narrow(0, fd.start, fd.length)), 1e-5);
@@ -175,7 +175,7 @@ TEST(Routing, ForcingTheRoutersOwnChoicesChangesNothing) {
   torch::NoGradGuard no_grad;
   std::mt19937 rng(5);
   auto tokens = random_tokens(rng, 15, c.vocab_size);
-  Layout layout(Batch::single(tokens, 2), c.vocab_size, torch::kCPU);
+  Layout layout(Batch::single(tokens, 2), c.vocab_size, testing::device());
   auto free_run = model->forward(layout);
   ForcedPath both, ids;
   for (const auto& r : free_run.routes)
@@ -223,16 +223,16 @@ TEST(Routing, RouterOnlyTokenIsInvisibleToOthersUnderAForcedPath) {
   for (int64_t l = 1; l <= c.core_depth; ++l) path.depths[l][0] = {l % c.library_size, 0.7};
   ForwardOptions options;
   options.force = &path;
-  auto a = model->forward(Layout(Batch::single(tokens, 0, {secret}), c.vocab_size, torch::kCPU), options);
+  auto a = model->forward(Layout(Batch::single(tokens, 0, {secret}), c.vocab_size, testing::device()), options);
   tokens[secret] = (tokens[secret] + 1) % c.vocab_size;
-  auto b = model->forward(Layout(Batch::single(tokens, 0, {secret}), c.vocab_size, torch::kCPU), options);
+  auto b = model->forward(Layout(Batch::single(tokens, 0, {secret}), c.vocab_size, testing::device()), options);
   auto keep = torch::ones({14}, torch::kBool);
   keep[secret] = false;
-  auto idx = torch::nonzero(keep).squeeze(1);
+  auto idx = torch::nonzero(keep).squeeze(1).to(a.logits.device());
   EXPECT_LT(max_abs_diff(a.logits.index_select(0, idx), b.logits.index_select(0, idx)), 1e-6);
   EXPECT_GT(max_abs_diff(a.logits[secret], b.logits[secret]), 1e-4);  // its own output changes
   // Without forcing, the token still steers routing through the window means.
-  auto free_a = model->forward(Layout(Batch::single(tokens, 0, {secret}), c.vocab_size, torch::kCPU));
+  auto free_a = model->forward(Layout(Batch::single(tokens, 0, {secret}), c.vocab_size, testing::device()));
   EXPECT_GT(free_a.routes.size(), 0u);
 }
 
@@ -242,7 +242,7 @@ TEST(Routing, GradientReachesTheRouterOnlyThroughTheGate) {
   model->to(torch::kFloat64);
   std::mt19937 rng(10);
   auto tokens = random_tokens(rng, 13, c.vocab_size);
-  Layout layout(Batch::single(tokens, 2), c.vocab_size, torch::kCPU);
+  Layout layout(Batch::single(tokens, 2), c.vocab_size, testing::device());
   auto loss_of = [&](const ForwardOptions& options) {
     return model->forward(layout, options).logits.pow(2).mean();
   };
@@ -291,7 +291,7 @@ TEST(Routing, ExecutedDepthBelowDMatchesTheReference) {
   std::vector<Doc> docs = {{random_tokens(rng, 11, c.vocab_size), 2, {}}};
   expect_matches_reference(c, model, docs, false, nullptr, /*depth=*/2);
   torch::NoGradGuard no_grad;
-  Layout layout(make_batch(docs, false), c.vocab_size, torch::kCPU);
+  Layout layout(make_batch(docs, false), c.vocab_size, testing::device());
   ForwardOptions options;
   options.core_depth = 2;
   EXPECT_EQ(model->forward(layout, options).routes.size(), 2u);

@@ -4,6 +4,7 @@
 #include "data/packer.h"
 #include "data/shards.h"
 #include "helpers.h"
+#include "train/precision.h"
 #include "train/trainer.h"
 
 namespace lol {
@@ -210,7 +211,7 @@ TEST(Training, LossFallsOnTheStrategyTaskForLolAndDense) {
     auto dir = temp_dir("learn_" + family);
     LanguageModel model(train_model_config(family));
     model->initialize(1);
-    Trainer trainer(model, small_run(), dir.string(), torch::kCPU);
+    Trainer trainer(model, small_run(), dir.string(), testing::device());
     std::vector<double> losses;
     trainer.run({}, [&](const StepMetrics& m) { losses.push_back(m.loss); });
     ASSERT_EQ(losses.size(), 150u);
@@ -220,6 +221,53 @@ TEST(Training, LossFallsOnTheStrategyTaskForLolAndDense) {
   }
 }
 
+TEST(Precision, AutocastGuardSwitchesMatrixProductsToBf16AndRestores) {
+  const auto dev = testing::device();
+  auto x = torch::randn({4, 8}, dev), w = torch::randn({3, 8}, dev);
+  EXPECT_EQ(torch::nn::functional::linear(x, w).scalar_type(), torch::kFloat32);
+  {
+    AutocastGuard bf16(dev, true);
+    EXPECT_EQ(torch::nn::functional::linear(x, w).scalar_type(), torch::kBFloat16);
+    {
+      AutocastGuard nested_off(dev, false);  // does nothing
+      EXPECT_EQ(torch::nn::functional::linear(x, w).scalar_type(), torch::kBFloat16);
+    }
+  }
+  EXPECT_EQ(torch::nn::functional::linear(x, w).scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(uses_bf16_autocast("bf16", torch::kCPU));
+  EXPECT_FALSE(uses_bf16_autocast("auto", torch::kCPU));
+  EXPECT_TRUE(uses_bf16_autocast("auto", torch::Device("cuda")));
+  EXPECT_FALSE(uses_bf16_autocast("fp32", torch::Device("cuda")));
+}
+
+// bf16 autocast (the default on CUDA): the same run learns as in fp32, its first loss agrees
+// with fp32 to bf16 accuracy, and weights and optimizer state stay fp32.
+TEST(Precision, Bf16AutocastTrainingLearnsWithFp32Weights) {
+  std::map<std::string, std::vector<double>> losses;
+  for (std::string precision : {"fp32", "bf16"}) {
+    auto dir = temp_dir("bf16_" + precision);
+    LanguageModel model(train_model_config("lol"));
+    model->initialize(1);
+    auto config = small_run();
+    config.steps = 100;
+    config.precision = precision;
+    Trainer trainer(model, config, dir.string(), testing::device());
+    trainer.run({}, [&](const StepMetrics& m) { losses[precision].push_back(m.loss); });
+    for (const auto& p : model->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat32);
+    fs::remove_all(dir);
+  }
+  const auto& fp32 = losses["fp32"];
+  const auto& bf16 = losses["bf16"];
+  ASSERT_EQ(bf16.size(), 100u);
+  EXPECT_NEAR(bf16[0], fp32[0], 0.02 * fp32[0]);
+  EXPECT_NE(bf16[0], fp32[0]);  // autocast was really on
+  const double last = (bf16[97] + bf16[98] + bf16[99]) / 3, last32 = (fp32[97] + fp32[98] + fp32[99]) / 3;
+  EXPECT_LT(last, 0.6 * bf16[0]);
+  EXPECT_LT(last, 1.2 * last32);
+}
+
+// On the CPU, where SPEC promises bit-identical resumption (CUDA kernels with atomics are not
+// deterministic).
 TEST(Training, KillAndResumeGivesTheSameLossSequence) {
   auto config = small_run();
   config.steps = 10;
@@ -271,7 +319,7 @@ TEST(Balancing, BiasMovesLoadTowardUniform) {
   StrategyTask source(1, 0);
   Packer packer(source, 4, 64);
   auto batch = packer.next();
-  Layout layout(batch.batch, c.vocab_size, torch::kCPU);
+  Layout layout(batch.batch, c.vocab_size, testing::device());
   std::vector<double> first_load, last_load(4, 0.0);
   torch::NoGradGuard no_grad;
   for (int step = 0; step < 120; ++step) {
@@ -299,7 +347,7 @@ TEST(Training, GrowingChangesTheExecutedDepthOnSchedule) {
   auto dir = temp_dir("grow");
   LanguageModel model(c);
   model->initialize(4);
-  Trainer trainer(model, config, dir.string(), torch::kCPU);
+  Trainer trainer(model, config, dir.string(), testing::device());
   std::vector<int64_t> depths;
   trainer.run({}, [&](const StepMetrics& m) { depths.push_back(m.depth); });
   std::vector<int64_t> expected;

@@ -1,5 +1,4 @@
-#include <gtest/gtest.h>
-
+#include "helpers.h"
 #include "model/core.h"
 #include "model/layout.h"
 
@@ -8,7 +7,7 @@ namespace {
 
 std::vector<std::vector<int64_t>> windows_of(int64_t n, int64_t W, int64_t S, int64_t P,
                                              int64_t depth) {
-  Layout layout(Batch::single(std::vector<int64_t>(n, 0), P), 1, torch::kCPU);
+  Layout layout(Batch::single(std::vector<int64_t>(n, 0), P), 1, testing::device());
   const auto& part = layout.windows(W, window_offset(depth, W, S));
   std::vector<std::vector<int64_t>> out;
   for (const auto& w : part.windows) {
@@ -42,7 +41,7 @@ TEST(Windows, OrdinalsFollowTheFormula) {
         for (int64_t l = 1; l <= 4; ++l) {
           const int64_t delta = window_offset(l, W, S);
           EXPECT_EQ(delta, ((l - 1) * S) % W);
-          Layout layout(Batch::single(std::vector<int64_t>(20, 0), P), 1, torch::kCPU);
+          Layout layout(Batch::single(std::vector<int64_t>(20, 0), P), 1, testing::device());
           const auto& part = layout.windows(W, delta);
           for (int64_t i = 0; i < 20; ++i) {
             const int64_t expected = P == 0 ? (i + delta) / W : (i < P ? 0 : 1 + (i - P + delta) / W);
@@ -56,7 +55,7 @@ TEST(Windows, PackedDocumentsNeverShareAWindow) {
   Batch batch;
   batch.tokens = torch::zeros({1, 12}, torch::kInt64);
   batch.documents = {{DocumentSpan{0, 5, 0}, DocumentSpan{5, 7, 2}}};
-  Layout layout(batch, 1, torch::kCPU);
+  Layout layout(batch, 1, testing::device());
   const auto& part = layout.windows(4, 2);
   for (const auto& w : part.windows) {
     const auto& doc = layout.documents()[w.document];
@@ -71,12 +70,12 @@ TEST(Windows, BadBatchesAreRejected) {
   Batch batch;
   batch.tokens = torch::zeros({1, 6}, torch::kInt64);
   batch.documents = {{DocumentSpan{0, 4, 0}, DocumentSpan{3, 3, 0}}};
-  EXPECT_THROW(Layout(batch, 1, torch::kCPU), Error);
+  EXPECT_THROW(Layout(batch, 1, testing::device()), Error);
   batch.documents = {{DocumentSpan{0, 7, 0}}};
-  EXPECT_THROW(Layout(batch, 1, torch::kCPU), Error);
+  EXPECT_THROW(Layout(batch, 1, testing::device()), Error);
   batch.documents = {{DocumentSpan{0, 6, 0}}};
   batch.tokens[0][2] = 5;
-  EXPECT_THROW(Layout(batch, 5, torch::kCPU), Error);  // id outside the vocabulary
+  EXPECT_THROW(Layout(batch, 5, testing::device()), Error);  // id outside the vocabulary
 }
 
 }  // namespace

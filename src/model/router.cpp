@@ -140,7 +140,10 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
 torch::Tensor RouterImpl::probabilities(const torch::Tensor& inputs, int64_t depth, bool add_noise) const {
   auto router_matrix = weight[weight.size(0) == 1 ? 0 : depth - 1];  // (L, d)
   auto logits = torch::matmul(inputs, router_matrix.t());             // (n, L)
-  if (add_noise && noise_std > 0) logits = logits + torch::randn_like(logits) * noise_std;
+  // Noise comes from the CPU generator whatever the device (a few numbers per window), so a
+  // run's randomness is one generator that checkpoints save and restore.
+  if (add_noise && noise_std > 0)
+    logits = logits + torch::randn(logits.sizes(), torch::kFloat32).to(logits.device(), logits.scalar_type()) * noise_std;
   return torch::softmax(logits, -1);
 }
 

@@ -2,37 +2,70 @@
 
 #include <ATen/autocast_mode.h>
 
+#include "util/error.h"
+
 namespace lol {
 
-// The autocast API changed in LibTorch 2.4 (per-device-type functions replace the CUDA-only
-// ones); 1.13 from Debian has the older form.
+// The autocast API changed in LibTorch 2.4 (functions taking a device type replace the
+// per-backend ones); 1.13 from Debian has the older form.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 #define LOL_AUTOCAST_PER_DEVICE 1
 #endif
 
-AutocastGuard::AutocastGuard(torch::Device device, bool enabled) {
-  if (!enabled || !device.is_cuda()) return;
-  active_ = true;
+namespace {
+
+bool autocast_enabled(torch::DeviceType type) {
 #ifdef LOL_AUTOCAST_PER_DEVICE
-  previous_ = at::autocast::is_autocast_enabled(at::kCUDA);
-  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-  at::autocast::set_autocast_enabled(at::kCUDA, true);
+  return at::autocast::is_autocast_enabled(type);
 #else
-  previous_ = at::autocast::is_enabled();
-  at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-  at::autocast::set_enabled(true);
+  return type == torch::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
 #endif
+}
+
+void set_autocast(torch::DeviceType type, bool enabled, at::ScalarType dtype) {
+#ifdef LOL_AUTOCAST_PER_DEVICE
+  at::autocast::set_autocast_dtype(type, dtype);
+  at::autocast::set_autocast_enabled(type, enabled);
+#else
+  if (type == torch::kCUDA) {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+    at::autocast::set_enabled(enabled);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+    at::autocast::set_cpu_enabled(enabled);
+  }
+#endif
+}
+
+at::ScalarType autocast_dtype(torch::DeviceType type) {
+#ifdef LOL_AUTOCAST_PER_DEVICE
+  return at::autocast::get_autocast_dtype(type);
+#else
+  return type == torch::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+}  // namespace
+
+bool uses_bf16_autocast(const std::string& precision, torch::Device device) {
+  return precision == "bf16" || (precision == "auto" && device.is_cuda());
+}
+
+AutocastGuard::AutocastGuard(torch::Device device, bool bf16) {
+  if (!bf16) return;
+  LOL_CHECK(device.is_cuda() || device.is_cpu(), "bf16 autocast is supported on CPU and CUDA, not on ", device.str());
+  active_ = true;
+  type_ = device.type();
+  previous_ = autocast_enabled(type_);
+  previous_dtype_ = autocast_dtype(type_);
+  set_autocast(type_, true, at::kBFloat16);
   at::autocast::increment_nesting();
 }
 
 AutocastGuard::~AutocastGuard() {
   if (!active_) return;
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-#ifdef LOL_AUTOCAST_PER_DEVICE
-  at::autocast::set_autocast_enabled(at::kCUDA, previous_);
-#else
-  at::autocast::set_enabled(previous_);
-#endif
+  set_autocast(type_, previous_, previous_dtype_);
 }
 
 }  // namespace lol

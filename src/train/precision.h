@@ -1,15 +1,20 @@
 #pragma once
-// Mixed precision: bf16 autocast around the forward pass on CUDA (fp32 weights, optimizer
-// state and loss); plain fp32 on the CPU.
+// Mixed precision: bf16 autocast around the forward pass (fp32 weights, optimizer state and
+// loss). `precision` is auto (bf16 on CUDA, fp32 elsewhere), fp32, or bf16 (on any device:
+// CPU autocast covers the matrix products, which is how CI exercises this path).
+#include <string>
+
 #include <torch/torch.h>
 
 namespace lol {
 
+// Whether `precision` (auto | fp32 | bf16) means bf16 autocast on `device`.
+bool uses_bf16_autocast(const std::string& precision, torch::Device device);
+
 class AutocastGuard {
  public:
-  // Enables bf16 autocast for the device's type while alive when `enabled` and the device is
-  // CUDA; otherwise does nothing.
-  AutocastGuard(torch::Device device, bool enabled);
+  // Enables bf16 autocast for the device's type while alive when `bf16`; otherwise does nothing.
+  AutocastGuard(torch::Device device, bool bf16);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
@@ -17,6 +22,8 @@ class AutocastGuard {
  private:
   bool active_ = false;
   bool previous_ = false;
+  at::ScalarType previous_dtype_ = at::kFloat;
+  torch::DeviceType type_ = torch::kCPU;
 };
 
 }  // namespace lol

@@ -34,7 +34,7 @@ const std::vector<Field<TrainConfig>>& TrainConfig::fields() {
       field("checkpoint_every", &C::checkpoint_every, "steps between checkpoints"),
       field("keep_checkpoints", &C::keep_checkpoints, "checkpoints kept"),
       field("seed", &C::seed, "data and noise seed"),
-      field("precision", &C::precision, "auto (bf16 autocast on CUDA) | fp32"),
+      field("precision", &C::precision, "auto (bf16 autocast on CUDA, fp32 elsewhere) | fp32 | bf16 (autocast on any device)"),
   };
   return table;
 }
@@ -58,7 +58,8 @@ void TrainConfig::validate() const {
   LOL_CHECK(grow_start_depth >= 0, "grow_start_depth must be >= 0, got ", grow_start_depth);
   LOL_CHECK(grow_fraction > 0 && grow_fraction <= 1, "grow_fraction must be in (0, 1], got ", grow_fraction);
   LOL_CHECK(grow_shape == "sqrt" || grow_shape == "linear", "grow_shape must be sqrt or linear, got '", grow_shape, "'");
-  LOL_CHECK(precision == "auto" || precision == "fp32", "precision must be auto or fp32, got '", precision, "'");
+  LOL_CHECK(precision == "auto" || precision == "fp32" || precision == "bf16",
+            "precision must be auto, fp32 or bf16, got '", precision, "'");
   LOL_CHECK(eval_every >= 0 && eval_batches > 0 && log_every > 0 && checkpoint_every >= 0 && keep_checkpoints > 0,
             "eval_every and checkpoint_every must be >= 0; eval_batches, log_every and keep_checkpoints > 0");
 }

@@ -33,7 +33,7 @@ struct TrainConfig {
   int64_t checkpoint_every = 100;  // steps between checkpoints (0 = only at the end)
   int64_t keep_checkpoints = 2;
   uint64_t seed = 0;
-  std::string precision = "auto";  // auto (bf16 autocast on CUDA, fp32 on CPU) | fp32
+  std::string precision = "auto";  // auto (bf16 autocast on CUDA, fp32 elsewhere) | fp32 | bf16
 
   void validate() const;
   json to_json() const { return fields_to_json(fields(), *this); }

@@ -95,7 +95,7 @@ StepMetrics Trainer::train_step() {
     Layout layout(b.batch, mc.vocab_size, device_);
     ForwardResult result;
     {
-      AutocastGuard autocast(device_, config_.precision == "auto");
+      AutocastGuard autocast(device_, uses_bf16_autocast(config_.precision, device_));
       result = model_->forward(layout, options);
     }
     auto loss = torch::nn::functional::cross_entropy(
@@ -151,7 +151,7 @@ double Trainer::evaluate() {
     Layout layout(b.batch, mc.vocab_size, device_);
     torch::Tensor logits;
     {
-      AutocastGuard autocast(device_, config_.precision == "auto");
+      AutocastGuard autocast(device_, uses_bf16_autocast(config_.precision, device_));
       logits = model_->forward(layout, options).logits.to(torch::kFloat32);
     }
     loss_sum += torch::nn::functional::cross_entropy(
