@@ -56,6 +56,11 @@ void bench_decode(const DecodeBenchOptions& o) {
       }
     };
     for (int64_t C : contexts) {
+      {  // untimed: first calls pay for kernel selection and (on a GPU) library handles
+        Decoder warm(model, device);
+        warm.prefill({random_prompt(C, 1)});
+        synchronize(device);
+      }
       Decoder decoder(model, device);
       auto t0 = Clock::now();
       decoder.prefill({random_prompt(C, 1)});

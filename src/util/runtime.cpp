@@ -55,6 +55,8 @@ RuntimeInfo runtime_info() {
   info.torch_threads = at::get_num_threads();
   if (auto get_config = find_symbol<GetConfigFn>("openblas_get_config")) {
     info.blas = std::string("OpenBLAS ") + get_config();
+  } else if (at::hasMKL()) {
+    info.blas = "MKL (linked into LibTorch)";
   } else if (find_symbol<void*>("cblas_sgemm") != nullptr) {
     info.blas = "unknown BLAS (not OpenBLAS: expect ~30x slower GEMM)";
   } else {
