@@ -9,6 +9,7 @@
 #include "suites.h"
 #include "train/precision.h"
 #include "train/trainer.h"
+#include "util/files.h"
 #include "util/runtime.h"
 #include "util/version.h"
 
@@ -67,7 +68,7 @@ std::vector<double> time_mode(const ModelBenchOptions& o, const std::string& mod
     synchronize(o.device);
     if (r >= o.warmup) times.push_back(seconds_since(t0));
   }
-  if (trainer) std::filesystem::remove_all(run_dir);
+  if (trainer) remove_tree(run_dir.string());
   return times;
 }
 

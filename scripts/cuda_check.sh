@@ -37,11 +37,6 @@ phase configure 120 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;${LOL_DEPS_PREFIX:-}" || exit 1
 phase build 300 cmake --build "$build" -j "$(nproc)" || { grep -E "error" "$log" | head -40; exit 1; }
 lol="$build/lol"
-# Which libraries export std::filesystem, and the order the binary asks for them (see the
-# lol_libstdcxx_first note in CMakeLists.txt).
-torch_lib=$(dirname "$(find "$torch_prefix/../.." -name 'libtorch_cpu.so' 2>/dev/null | head -1)")
-echo "libtorch_cpu std::filesystem exports: $(nm -D "$torch_lib/libtorch_cpu.so" 2>/dev/null | grep -c filesystem)" >>"$log"
-readelf -d "$lol" | grep NEEDED | head -3 >>"$log"
 
 # Tests: engine on the GPU against the CPU reference paths; the CLI script runs on the CPU.
 export LOL_TEST_DEVICE=$dev

@@ -17,9 +17,9 @@ class CheckpointTest : public ::testing::Test {
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("lol_ckpt_" + std::to_string(::getpid()) + "_" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    remove_tree(dir_.string());
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { remove_tree(dir_.string()); }
 
   // Writes a file made of a header length, a header and `data_bytes` zero bytes.
   std::string write_raw(const std::string& header, uint64_t declared_len, size_t data_bytes) {
@@ -156,6 +156,28 @@ TEST_F(CheckpointTest, ModelDirectoryMismatchesNameTheTensor) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("window must be > 0, got 0"), std::string::npos) << e.what();
   }
+}
+
+TEST(Files, RemoveTreeDeletesNestedEntriesButNeverFollowsLinks) {
+  const auto root = fs::temp_directory_path() / ("lol_files_" + std::to_string(::getpid()));
+  const auto outside = root.string() + "_outside";
+  remove_tree(root.string());
+  remove_tree(outside);
+  make_directories((root / "a" / "b").string());
+  make_directories(outside);
+  write_file_atomic((root / "a" / "b" / "x.bin").string(), std::string("x"));
+  write_file_atomic((root / "top.txt").string(), std::string("t"));
+  write_file_atomic(outside + "/keep.txt", std::string("k"));
+  fs::create_directory_symlink(outside, root / "link");
+  EXPECT_EQ(list_directory(root.string()), (std::vector<std::string>{"a", "link", "top.txt"}));
+  EXPECT_TRUE(is_directory((root / "a").string()));
+  EXPECT_FALSE(is_directory((root / "top.txt").string()));
+  remove_tree(root.string());
+  EXPECT_FALSE(path_exists(root.string()));
+  EXPECT_TRUE(path_exists(outside + "/keep.txt"));  // the link went, not what it pointed to
+  remove_tree(root.string());                       // already gone: nothing to do
+  EXPECT_THROW(list_directory(root.string()), Error);
+  remove_tree(outside);
 }
 
 TEST(Config, ValidationNamesTheFieldAndOverridesApply) {

@@ -144,7 +144,7 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       for (const auto& a : o->train_overrides) apply_override(TrainConfig::fields(), a, tc);
       tc.validate();
       // Only now, with every setting checked, may an old run be replaced.
-      if (o->overwrite) std::filesystem::remove_all(o->out);
+      if (o->overwrite) remove_tree(o->out);
       LanguageModel model(config);
       model->initialize(o->seed);
       trainer = std::make_unique<Trainer>(model, tc, o->out, device);

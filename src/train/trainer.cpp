@@ -185,13 +185,24 @@ void Trainer::run(const std::function<bool()>& should_stop,
   if (last_saved != step_) save_checkpoint();
 }
 
+namespace {
+// Finished checkpoint directories under `root`, oldest first (zero-padded step numbers sort).
+std::vector<std::string> checkpoint_names(const std::string& root) {
+  std::vector<std::string> names;
+  for (const auto& n : list_directory(root))
+    if (n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos && is_directory(root + "/" + n))
+      names.push_back(n);
+  return names;
+}
+}  // namespace
+
 std::string Trainer::save_checkpoint() {
   char name[32];
   std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step_));
   const std::string root = run_dir_ + "/checkpoints";
   const std::string final_dir = root + "/" + name;
   const std::string tmp_dir = final_dir + ".tmp";
-  fs::remove_all(tmp_dir);
+  remove_tree(tmp_dir);
   save_model(model_, tmp_dir);
   TensorMap state;
   adamw_->save_state(state, "adamw.");
@@ -204,30 +215,20 @@ std::string Trainer::save_checkpoint() {
                {"train_config", config_.to_json()}};
   write_file_atomic(tmp_dir + "/train_state.json", meta.dump(2) + "\n");
   // The whole directory appears at once: a reader sees the old checkpoint or the new one.
-  fs::remove_all(final_dir);
+  remove_tree(final_dir);
   fs::rename(tmp_dir, final_dir);
   // Keep the newest keep_checkpoints.
-  std::vector<std::string> existing;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    const auto n = entry.path().filename().string();
-    if (n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos) existing.push_back(entry.path().string());
-  }
-  std::sort(existing.begin(), existing.end());
-  for (size_t i = 0; i + config_.keep_checkpoints < existing.size(); ++i) fs::remove_all(existing[i]);
+  const auto existing = checkpoint_names(root);
+  for (size_t i = 0; i + config_.keep_checkpoints < existing.size(); ++i) remove_tree(root + "/" + existing[i]);
   return final_dir;
 }
 
 std::string Trainer::latest_checkpoint(const std::string& run_dir) {
   const std::string root = run_dir + "/checkpoints";
-  LOL_CHECK(fs::is_directory(root), run_dir, ": no checkpoints/ directory (not a training run?)");
-  std::string best;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    const auto n = entry.path().filename().string();
-    if (n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos && n > fs::path(best).filename().string())
-      best = entry.path().string();
-  }
-  LOL_CHECK(!best.empty(), root, ": holds no checkpoint");
-  return best;
+  LOL_CHECK(is_directory(root), run_dir, ": no checkpoints/ directory (not a training run?)");
+  const auto names = checkpoint_names(root);
+  LOL_CHECK(!names.empty(), root, ": holds no checkpoint");
+  return root + "/" + names.back();
 }
 
 std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir, torch::Device device) {

@@ -1,9 +1,12 @@
 #include "util/files.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -70,5 +73,32 @@ void make_directories(const std::string& path) {
 }
 
 bool path_exists(const std::string& path) { return std::filesystem::exists(path); }
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::vector<std::string> list_directory(const std::string& path) {
+  DIR* dir = ::opendir(path.c_str());
+  LOL_CHECK(dir != nullptr, "cannot list directory ", path, ": ", std::strerror(errno));
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void remove_tree(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return;  // already gone
+  // Children before their directory (FTW_DEPTH); links are removed, never followed (FTW_PHYS).
+  auto remove_one = [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); };
+  LOL_CHECK(::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0, "cannot remove ", path, ": ",
+            std::strerror(errno));
+}
 
 }  // namespace lol

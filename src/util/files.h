@@ -15,5 +15,13 @@ void write_file_atomic(const std::string& path,
                        const std::vector<std::pair<const void*, size_t>>& pieces);
 void make_directories(const std::string& path);
 bool path_exists(const std::string& path);
+bool is_directory(const std::string& path);
+// Names of a directory's entries (no "." or ".."), sorted.
+std::vector<std::string> list_directory(const std::string& path);
+// Removes a file or a directory tree; nothing to do when it does not exist.
+// These two walk directories with POSIX calls rather than std::filesystem: pip's LibTorch 2.x
+// exports an older copy of libstdc++'s directory iterators (pytorch/pytorch#133437), and a
+// binary built by a newer GCC that binds to it crashes in remove_all and directory_iterator.
+void remove_tree(const std::string& path);
 
 }  // namespace lol
