@@ -85,22 +85,52 @@ torch::Tensor KVCache::attend(const torch::Tensor& q, const torch::Tensor& k, co
 }
 
 namespace {
-// Eight running sums, so the compiler vectorises the loop without reassociating a reduction.
-float dot(const float* a, const float* b, int64_t n) {
-  float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) partial[j] += a[i + j] * b[i + j];
+
+// Builds of this file target baseline x86-64; the hot loop is also compiled for AVX2+FMA and
+// AVX-512, picked at load time by the CPU it runs on (GCC/Clang function multiversioning).
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#define LOL_CPU_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
+#else
+#define LOL_CPU_CLONES
+#endif
+
+// Attention of one query head over n slots of keys/values (each dh floats, contiguous):
+// scores, softmax, weighted sum into o. Slots at positions <= limit are skipped (band);
+// `scores` has room for n floats.
+LOL_CPU_CLONES
+void attend_head(const float* q, const float* keys, const float* values, const int64_t* pos, int64_t n,
+                 int64_t dh, float scale, bool banded, int64_t limit, float* scores, float* o) {
+  float best = -std::numeric_limits<float>::infinity();
+  for (int64_t t = 0; t < n; ++t) {
+    if (banded && pos[t] <= limit) {
+      scores[t] = -std::numeric_limits<float>::infinity();
+      continue;
+    }
+    // Eight running sums, so the loop vectorises without reassociating one reduction.
+    const float* k = keys + t * dh;
+    float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= dh; i += 8)
+      for (int j = 0; j < 8; ++j) partial[j] += q[i + j] * k[i + j];
+    float total = 0;
+    for (int j = 0; j < 8; ++j) total += partial[j];
+    for (; i < dh; ++i) total += q[i] * k[i];
+    scores[t] = total * scale;
+    best = std::max(best, scores[t]);
+  }
   float total = 0;
-  for (int j = 0; j < 8; ++j) total += partial[j];
-  for (; i < n; ++i) total += a[i] * b[i];
-  return total;
+  for (int64_t t = 0; t < n; ++t) total += scores[t] = std::exp(scores[t] - best);
+  std::fill(o, o + dh, 0.0f);
+  for (int64_t t = 0; t < n; ++t) {
+    const float w = scores[t] / total;
+    if (w == 0.0f) continue;
+    const float* vt = values + t * dh;
+    for (int64_t i = 0; i < dh; ++i) o[i] += w * vt[i];
+  }
 }
+
 }  // namespace
 
-// One pass over each row's own slots, (row, kv head) pairs spread over the threads: keys and
-// values are read once at memory speed instead of through many tiny GEMMs, and rows shorter
-// than the longest cost only their own length.
 torch::Tensor KVCache::attend_cpu(const torch::Tensor& q, const std::vector<int64_t>& positions, int64_t band) {
   const int64_t batch = q.size(0), heads = q.size(1), group = heads / kv_heads_, dh = head_dim_;
   auto out = torch::empty({batch, heads * dh}, q.options());
@@ -121,26 +151,8 @@ torch::Tensor KVCache::attend_cpu(const torch::Tensor& q, const std::vector<int6
       scores.resize(n);
       for (int64_t g = 0; g < group; ++g) {
         const int64_t head = h * group + g;
-        const float* qh = qp + (b * heads + head) * dh;
-        float best = -std::numeric_limits<float>::infinity();
-        for (int64_t t = 0; t < n; ++t) {
-          if (band > 0 && pos[t] <= positions[b] - band) {
-            scores[t] = -std::numeric_limits<float>::infinity();
-            continue;
-          }
-          scores[t] = dot(qh, keys + t * dh, dh) * scale;
-          best = std::max(best, scores[t]);
-        }
-        float total = 0;
-        for (int64_t t = 0; t < n; ++t) total += scores[t] = std::exp(scores[t] - best);
-        float* o = op + b * heads * dh + head * dh;
-        std::fill(o, o + dh, 0.0f);
-        for (int64_t t = 0; t < n; ++t) {
-          const float w = scores[t] / total;
-          if (w == 0.0f) continue;
-          const float* vt = values + t * dh;
-          for (int64_t i = 0; i < dh; ++i) o[i] += w * vt[i];
-        }
+        attend_head(qp + (b * heads + head) * dh, keys, values, pos, n, dh, scale, band > 0, positions[b] - band,
+                    scores.data(), op + b * heads * dh + head * dh);
       }
     }
   });
