@@ -186,6 +186,66 @@ TEST(Decode, ForcingTheRoutersOwnChoicesGeneratesTheSame) {
   for (const auto& r : changed[0].routes) EXPECT_EQ(r.expert, (free_run[0].routes[0].expert + 1) % c.library_size);
 }
 
+TEST(Decode, RetainDropsSequencesAndLeavesTheOthersAsIfAlone) {
+  for (std::string family : {"lol", "dense", "moe"}) {
+    auto c = testing::tiny_config(family);
+    auto model = make_model(c, 14);
+    std::vector<Prompt> prompts = {{{5, 3, 8, 1}, 2, {1}}, {{9, 9}, 0, {}}, {{4, 1, 2, 6, 3, 3, 7}, 4, {}}};
+    Decoder all(model, testing::device()), kept(model, testing::device());
+    all.prefill(prompts);
+    auto out_kept = kept.prefill({prompts[0], prompts[2]});
+    for (int64_t i = 0; i < 3; ++i) all.step({i % c.vocab_size, 7, (i * 5) % c.vocab_size});
+    for (int64_t i = 0; i < 3; ++i) kept.step({i % c.vocab_size, (i * 5) % c.vocab_size});
+    all.retain({0, 2});
+    ASSERT_EQ(all.batch(), 2);
+    EXPECT_EQ(all.position(1), kept.position(1));
+    for (int64_t i = 0; i < 9; ++i) {  // crosses several window boundaries (W 4, S 2)
+      std::vector<int64_t> tokens = {(i * 3) % c.vocab_size, (i * 11 + 1) % c.vocab_size};
+      auto a = all.step(tokens), k = kept.step(tokens);
+      EXPECT_LT(testing::max_abs_diff(a.logits, k.logits), 1e-5) << family << " step " << i;
+      ASSERT_EQ(a.routes.size(), k.routes.size());
+      for (size_t r = 0; r < a.routes.size(); ++r) {
+        EXPECT_EQ(a.routes[r].sequence, k.routes[r].sequence);
+        EXPECT_EQ(a.routes[r].expert, k.routes[r].expert);
+        EXPECT_EQ(a.routes[r].window, k.routes[r].window);
+      }
+    }
+    EXPECT_THROW(all.retain({1, 0}), Error);
+    EXPECT_THROW(all.retain({2}), Error);
+  }
+}
+
+// Rows that stop early are dropped from the decoder; the others continue exactly as if each had
+// been generated alone.
+TEST(Decode, GenerationWithRowsFinishingEarlyEqualsGeneratingEachAlone) {
+  auto c = testing::tiny_config();
+  c.max_seq_len = 64;
+  auto model = make_model(c, 15);
+  std::vector<Prompt> prompts;
+  for (int64_t b = 0; b < 6; ++b) prompts.push_back({{(b * 5 + 1) % c.vocab_size, 3, (b + 7) % c.vocab_size}, 1, {}});
+  SamplingOptions greedy;
+  greedy.max_tokens = 24;
+  greedy.stop = [](int64_t sequence, const std::vector<int64_t>& generated) {
+    return static_cast<int64_t>(generated.size()) >= 2 + 3 * sequence;  // row b stops after 2 + 3b tokens
+  };
+  auto together = generate(model, prompts, greedy, testing::device());
+  for (int64_t b = 0; b < 6; ++b) {
+    SamplingOptions alone_options = greedy;
+    alone_options.stop = [b](int64_t, const std::vector<int64_t>& generated) {
+      return static_cast<int64_t>(generated.size()) >= 2 + 3 * b;
+    };
+    auto alone = generate(model, {prompts[b]}, alone_options, testing::device());
+    EXPECT_EQ(together[b].tokens, alone[0].tokens) << "prompt " << b;
+    EXPECT_EQ(together[b].finish_reason, "stop");
+    ASSERT_EQ(together[b].routes.size(), alone[0].routes.size()) << "prompt " << b;
+    for (size_t r = 0; r < alone[0].routes.size(); ++r) {
+      EXPECT_EQ(together[b].routes[r].sequence, b);
+      EXPECT_EQ(together[b].routes[r].expert, alone[0].routes[r].expert);
+      EXPECT_EQ(together[b].routes[r].window, alone[0].routes[r].window);
+    }
+  }
+}
+
 TEST(Decode, CoreMemoryIsConstantInContextLength) {
   auto c = testing::tiny_config();
   c.max_seq_len = 1024;

@@ -328,6 +328,31 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const std::ve
   return x + l.gate.unsqueeze(1) * (y - x);
 }
 
+void Decoder::retain(const std::vector<int64_t>& keep) {
+  LOL_CHECK(!keep.empty(), "retain needs at least one sequence");
+  for (size_t i = 0; i < keep.size(); ++i)
+    LOL_CHECK(keep[i] >= 0 && keep[i] < batch() && (i == 0 || keep[i] > keep[i - 1]),
+              "retain: sequence indices must be increasing and within the batch of ", batch());
+  auto pick = [&](std::vector<int64_t>& v) {
+    std::vector<int64_t> out;
+    for (auto r : keep) out.push_back(v[r]);
+    v = std::move(out);
+  };
+  pick(positions_);
+  pick(prompt_lens_);
+  auto idx = torch::tensor(keep, torch::kInt64).to(device_);
+  for (auto& l : layers_) {
+    l->cache->retain(keep);
+    pick(l->ordinal);
+    if (l->kind != Layer::Kind::kRouted) continue;
+    pick(l->expert);
+    pick(l->window_count);
+    l->gate = l->gate.index_select(0, idx);
+    l->window_sum = l->window_sum.index_select(0, idx);
+    l->closed_sum = l->closed_sum.index_select(0, idx);
+  }
+}
+
 DecodeOutput Decoder::step(const std::vector<int64_t>& tokens, const std::vector<uint8_t>& router_only_in) {
   torch::NoGradGuard no_grad;
   const auto& c = model_->config();

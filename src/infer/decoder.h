@@ -45,6 +45,9 @@ class Decoder {
   DecodeOutput prefill(const std::vector<Prompt>& prompts);
   // One token per sequence (router_only: per sequence, empty = none).
   DecodeOutput step(const std::vector<int64_t>& tokens, const std::vector<uint8_t>& router_only = {});
+  // Keeps only the sequences `keep` (strictly increasing indices into the current batch);
+  // sequence i afterwards is keep[i] before. Finished generations stop costing compute.
+  void retain(const std::vector<int64_t>& keep);
 
   int64_t batch() const { return static_cast<int64_t>(positions_.size()); }
   int64_t position(int64_t sequence) const { return positions_[sequence]; }

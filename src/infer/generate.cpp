@@ -56,25 +56,30 @@ std::vector<Generation> generate(LanguageModel model, const std::vector<Prompt>&
   std::vector<uint8_t> done(B, 0);
   auto generator = at::detail::createCPUGenerator(options.seed);
   int64_t remaining = B;
-  std::vector<int64_t> next(B, 0);
   for (int64_t b = 0; b < B; ++b)
     if (options.max_tokens == 0) {
       done[b] = 1;
       gens[b].finish_reason = "length";
       --remaining;
     }
+  // The decoder's rows: rows[r] is the prompt decoder row r continues. Finished rows keep
+  // stepping on their last token, unread, until they are a quarter of the batch; then the
+  // decoder drops them (one copy of the caches instead of their compute on every step).
+  std::vector<int64_t> rows(B), next(B, 0);
+  for (int64_t b = 0; b < B; ++b) rows[b] = b;
   while (remaining > 0) {
-    for (int64_t b = 0; b < B; ++b) {
-      if (done[b]) continue;  // finished rows keep stepping on their last token, unread
-      next[b] = sample_token(out.logits[b], options, generator);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const int64_t b = rows[r];
+      if (done[b]) continue;
+      next[r] = sample_token(out.logits[static_cast<int64_t>(r)], options, generator);
       auto& g = gens[b];
-      g.tokens.push_back(next[b]);
-      const bool stop_token = std::find(options.stop_tokens.begin(), options.stop_tokens.end(), next[b]) !=
+      g.tokens.push_back(next[r]);
+      const bool stop_token = std::find(options.stop_tokens.begin(), options.stop_tokens.end(), next[r]) !=
                               options.stop_tokens.end();
       if (stop_token || (options.stop && options.stop(b, g.tokens))) {
         g.finish_reason = "stop";
       } else if (static_cast<int64_t>(g.tokens.size()) >= options.max_tokens ||
-                 decoder.position(b) + 1 >= limit) {
+                 decoder.position(static_cast<int64_t>(r)) + 1 >= limit) {
         g.finish_reason = "length";
       } else {
         continue;
@@ -83,9 +88,24 @@ std::vector<Generation> generate(LanguageModel model, const std::vector<Prompt>&
       --remaining;
     }
     if (remaining == 0) break;
+    std::vector<int64_t> keep;
+    for (size_t r = 0; r < rows.size(); ++r)
+      if (!done[rows[r]]) keep.push_back(static_cast<int64_t>(r));
+    if ((rows.size() - keep.size()) * 4 >= rows.size()) {
+      decoder.retain(keep);
+      std::vector<int64_t> kept_rows, kept_next;
+      for (auto r : keep) {
+        kept_rows.push_back(rows[r]);
+        kept_next.push_back(next[r]);
+      }
+      rows = std::move(kept_rows);
+      next = std::move(kept_next);
+    }
     out = decoder.step(next);
-    for (const auto& r : out.routes)
-      if (!done[r.sequence]) gens[r.sequence].routes.push_back(r);
+    for (auto r : out.routes) {
+      r.sequence = rows[r.sequence];
+      if (!done[r.sequence]) gens[r.sequence].routes.push_back(std::move(r));
+    }
   }
   return gens;
 }

@@ -44,6 +44,16 @@ void KVCache::append(int64_t row, const torch::Tensor& k, const torch::Tensor& v
 
 void KVCache::clear(int64_t row) { length_[row] = 0; }
 
+void KVCache::retain(const std::vector<int64_t>& keep) {
+  auto idx = torch::tensor(keep, torch::kInt64).to(k_.device());
+  k_ = k_.index_select(0, idx);
+  v_ = v_.index_select(0, idx);
+  slot_position_ = slot_position_.index_select(0, idx);
+  std::vector<int64_t> length;
+  for (auto r : keep) length.push_back(length_[r]);
+  length_ = std::move(length);
+}
+
 int64_t KVCache::bytes() const {
   int64_t slots = 0;
   for (auto l : length_) slots += l;
@@ -131,6 +141,9 @@ void attend_head(const float* q, const float* keys, const float* values, const i
 
 }  // namespace
 
+// One pass over each row's own slots, (row, kv head) pairs spread over the threads: keys and
+// values are read once at memory speed instead of through many tiny GEMMs, and rows shorter
+// than the longest cost only their own length.
 torch::Tensor KVCache::attend_cpu(const torch::Tensor& q, const std::vector<int64_t>& positions, int64_t band) {
   const int64_t batch = q.size(0), heads = q.size(1), group = heads / kv_heads_, dh = head_dim_;
   auto out = torch::empty({batch, heads * dh}, q.options());

@@ -23,6 +23,8 @@ class KVCache {
   // Appends precomputed keys/values (prefill): k/v (n, Hkv, dh) for row b at `positions`.
   void append(int64_t row, const torch::Tensor& k, const torch::Tensor& v, const std::vector<int64_t>& positions);
   void clear(int64_t row);  // the row's window closed
+  // Keeps the rows `keep` (increasing indices), which become rows 0..n-1.
+  void retain(const std::vector<int64_t>& keep);
   int64_t length(int64_t row) const { return length_[row]; }
   int64_t bytes() const;    // bytes of keys and values held (used slots)
 
