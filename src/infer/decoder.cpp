@@ -374,7 +374,7 @@ DecodeOutput Decoder::step(const std::vector<int64_t>& tokens, const std::vector
   }
   x = model_->norm->forward(x);
   const auto& head = model_->lm_head ? model_->lm_head->weight : model_->embed->weight;
-  out.logits = torch::nn::functional::linear(x, head);
+  out.logits = head_.apply(x, {head});
   stats_.weight_bytes += head.numel() * static_cast<int64_t>(head.element_size());
   stats_.other_seconds = seconds_since(t0) - stats_.core_seconds;
   for (auto& p : positions_) ++p;

@@ -71,6 +71,7 @@ class Decoder {
   const ForcedPath* force_;
   std::vector<std::unique_ptr<Layer>> layers_;  // execution order: prelude, core, coda
   std::vector<int64_t> positions_, prompt_lens_;
+  Projection head_;  // the LM head (cached panels for a few rows)
   StepStats stats_;
 };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/small_gemm.h"
+
 namespace lol {
 
 torch::Tensor rms_normalize(const torch::Tensor& x, double eps) {
@@ -39,13 +41,25 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
   down = register_module("down", linear(hidden, dim));
 }
 
-torch::Tensor FusedWeight::get(const std::vector<torch::Tensor>& parts) {
-  if (torch::GradMode::is_enabled()) return torch::cat(parts, 0);
+torch::Tensor Projection::apply(const torch::Tensor& x, const std::vector<torch::Tensor>& parts) {
+  if (torch::GradMode::is_enabled())
+    return torch::nn::functional::linear(x, parts.size() == 1 ? parts[0] : torch::cat(parts, 0));
+  auto w = weight(parts);
+  const bool small = x.dim() == 2 && x.size(0) <= kSmallGemmMaxRows && x.size(0) > 0 && x.device().is_cpu() &&
+                     x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
+                     small_gemm_supported();
+  if (!small) return torch::nn::functional::linear(x, w);
+  if (!panels_.defined()) panels_ = pack_panels(w);
+  return small_gemm(x.contiguous(), panels_, w.size(0));
+}
+
+torch::Tensor Projection::weight(const std::vector<torch::Tensor>& parts) {
   bool fresh = cached_.defined() && data_.size() == parts.size();
   for (size_t i = 0; fresh && i < parts.size(); ++i)
     fresh = data_[i] == parts[i].data_ptr() && versions_[i] == parts[i]._version();
   if (!fresh) {
-    cached_ = torch::cat(parts, 0);
+    cached_ = parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
+    panels_ = torch::Tensor();
     data_.clear();
     versions_.clear();
     for (const auto& p : parts) {
@@ -58,9 +72,9 @@ torch::Tensor FusedWeight::get(const std::vector<torch::Tensor>& parts) {
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
   // gate and up in one GEMM: (n, d) x (d, 2F)
-  auto both = torch::nn::functional::linear(x, gate_up.get({gate->weight, up->weight}));
+  auto both = gate_up.apply(x, {gate->weight, up->weight});
   auto parts = both.chunk(2, -1);
-  return down->forward(torch::silu(parts[0]) * parts[1]);
+  return down_proj.apply(torch::silu(parts[0]) * parts[1], {down->weight});
 }
 
 MoeFeedForwardImpl::MoeFeedForwardImpl(const ModelConfig& c) : top_k(c.moe_top_k) {
@@ -115,8 +129,7 @@ BlockImpl::QKV BlockImpl::attention_inputs(const torch::Tensor& x, const FilmRow
   if (film) h = h * film->attn_gamma + film->attn_beta;
   const int64_t n = x.size(0);
   const int64_t q_cols = attn->heads * attn->head_dim, kv_cols = attn->kv_heads * attn->head_dim;
-  auto fused = torch::nn::functional::linear(
-      h, qkv_weight.get({attn->q->weight, attn->k->weight, attn->v->weight}));
+  auto fused = qkv.apply(h, {attn->q->weight, attn->k->weight, attn->v->weight});
   auto parts = fused.split_with_sizes({q_cols, kv_cols, kv_cols}, -1);
   return QKV{parts[0].reshape({n, attn->heads, attn->head_dim}),
              parts[1].reshape({n, attn->kv_heads, attn->head_dim}),
@@ -125,7 +138,7 @@ BlockImpl::QKV BlockImpl::attention_inputs(const torch::Tensor& x, const FilmRow
 
 torch::Tensor BlockImpl::finish(const torch::Tensor& x, const torch::Tensor& attended,
                                 const FilmRows* film) {
-  auto a = x + attn->o->forward(attended);
+  auto a = x + out_proj.apply(attended, {attn->o->weight});
   auto h = ffn_norm->forward(a);
   if (film) h = h * film->ffn_gamma + film->ffn_beta;
   return a + (moe ? moe->forward(h) : ffn->forward(h));

@@ -41,16 +41,18 @@ struct AttentionImpl : torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
-// Several weight matrices stacked along their output dimension so one GEMM serves them all.
-// With gradients on, the stack is rebuilt on each call (autograd flows through it); without,
-// it is cached until any part changes (tensor version counters), so decoding does not copy
-// the weights at every token.
-class FusedWeight {
+// y = x W^T, W one weight or several stacked along their output dimension so one GEMM serves
+// them all (q|k|v, gate|up). With gradients on, the stack is rebuilt on each call (autograd
+// flows through it). Without, it is cached until any part changes (tensor version counters),
+// so decoding does not copy the weights at every token; and a few fp32 rows on a CPU with
+// AVX2 go to the packed kernel of model/small_gemm.h over a panel copy cached the same way.
+class Projection {
  public:
-  torch::Tensor get(const std::vector<torch::Tensor>& parts);
+  torch::Tensor apply(const torch::Tensor& x, const std::vector<torch::Tensor>& parts);
 
  private:
-  torch::Tensor cached_;
+  torch::Tensor weight(const std::vector<torch::Tensor>& parts);  // cached stack (no grad)
+  torch::Tensor cached_, panels_;
   std::vector<const void*> data_;
   std::vector<uint32_t> versions_;
 };
@@ -59,7 +61,7 @@ struct FeedForwardImpl : torch::nn::Module {
   FeedForwardImpl(int64_t dim, int64_t hidden);
   torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
   torch::nn::Linear gate{nullptr}, up{nullptr}, down{nullptr};
-  FusedWeight gate_up;
+  Projection gate_up, down_proj;
 };
 TORCH_MODULE(FeedForward);
 
@@ -89,7 +91,7 @@ struct BlockImpl : torch::nn::Module {
 
   RMSNorm attn_norm{nullptr}, ffn_norm{nullptr};
   Attention attn{nullptr};
-  FusedWeight qkv_weight;
+  Projection qkv, out_proj;
   FeedForward ffn{nullptr};
   MoeFeedForward moe{nullptr};  // registered as "ffn" in place of the dense FFN
 };
