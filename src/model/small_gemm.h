@@ -3,13 +3,15 @@
 // sequence or per expert). BLAS packs the whole weight matrix into its own layout on every
 // call, which for a handful of rows costs more than the product; here the weight is packed
 // once into panels of 8 output columns, (ceil(N/8), K, 8), and register-tiled AVX2+FMA kernels
-// stream it. Measured on the development VM (d 256, one thread): 1 row 2.3x, 4 rows 2.1x,
-// 8 rows 1.1x faster than OpenBLAS; above 16 rows BLAS wins and is used.
+// stream it. Measured on the development VM with the weights streamed from L3 as in decoding
+// (d 256, this kernel on one thread, OpenBLAS on two): 1 row 1.8x, 4 rows 1.7x, 8 rows
+// 0.7-1.2x by shape, 16 rows 0.4x (OpenBLAS's threads take over); so up to 8 rows. An 8-row
+// tile in AVX-512VL's 32 registers won 1.45x on one shape and nothing end to end: not kept.
 #include <torch/torch.h>
 
 namespace lol {
 
-constexpr int64_t kSmallGemmMaxRows = 16;
+constexpr int64_t kSmallGemmMaxRows = 8;
 
 // Whether this CPU runs the kernels (x86-64 with AVX2 and FMA).
 bool small_gemm_supported();
