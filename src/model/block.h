@@ -46,6 +46,7 @@ TORCH_MODULE(Attention);
 // flows through it). Without, it is cached until any part changes (tensor version counters),
 // so decoding does not copy the weights at every token; and a few fp32 rows on a CPU with
 // AVX2 go to the packed kernel of model/small_gemm.h over a panel copy cached the same way.
+// The caches are filled lazily without a lock: one model serves one thread at a time.
 class Projection {
  public:
   torch::Tensor apply(const torch::Tensor& x, const std::vector<torch::Tensor>& parts);
