@@ -213,11 +213,17 @@ TEST(Training, LossFallsOnTheStrategyTaskForLolAndDense) {
     LanguageModel model(train_model_config(family));
     model->initialize(1);
     Trainer trainer(model, small_run(), dir.string(), testing::device());
+    const auto before = trainer.evaluate();
     std::vector<double> losses;
     trainer.run({}, [&](const StepMetrics& m) { losses.push_back(m.loss); });
     ASSERT_EQ(losses.size(), 150u);
     const double first = losses[0], last = (losses[147] + losses[148] + losses[149]) / 3;
     EXPECT_LT(last, 0.6 * first) << family << ": " << first << " -> " << last;
+    // Held-out: the loss falls with it and the next-token accuracy climbs well above chance.
+    const auto after = trainer.evaluate();
+    EXPECT_LT(after.loss, 0.6 * before.loss) << family;
+    EXPECT_GT(after.accuracy, before.accuracy + 0.2) << family << ": " << before.accuracy << " -> " << after.accuracy;
+    EXPECT_LE(after.accuracy, 1.0);
     remove_tree(dir.string());
   }
 }

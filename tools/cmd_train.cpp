@@ -84,7 +84,9 @@ void report_task(Trainer& trainer, const tasks::TaskData& task, torch::Device de
 // What the model learned, in words: held-out loss, one greedy sample and its routes.
 void report(Trainer& trainer, torch::Device device) {
   const auto& tc = trainer.config();
-  std::cout << "eval loss " << fixed(trainer.evaluate(), 4) << " (held-out, per target token)\n";
+  const auto eval = trainer.evaluate();
+  std::cout << "eval loss " << fixed(eval.loss, 4) << ", next-token accuracy " << fixed(100 * eval.accuracy, 1)
+            << "% (held-out, per target token, teacher-forced)\n";
   tasks::TaskData task;
   if (tasks::parse_task_data(tc.data, &task)) {
     report_task(trainer, task, device);
@@ -156,13 +158,14 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
               << "/metrics.jsonl\n";
     install_interrupt_handler();
     Progress progress("train", tc.steps, trainer->step(), tc.log_every);
-    double last_eval = -1;
+    double last_eval = -1, last_accuracy = 0;
     trainer->run([] { return interrupt_requested(); },
                  [&](const StepMetrics& m) {
                    if (m.eval_loss) last_eval = *m.eval_loss;
+                   if (m.eval_accuracy) last_accuracy = *m.eval_accuracy;
                    std::string info = "loss " + fixed(m.loss, 4) + " lr " + fixed(m.lr * 1e3, 3) + "e-3 " +
                                       fixed(m.tokens_per_s, 0) + " tok/s depth " + std::to_string(m.depth);
-                   if (last_eval >= 0) info += " eval " + fixed(last_eval, 4);
+                   if (last_eval >= 0) info += " eval " + fixed(last_eval, 4) + " (" + fixed(100 * last_accuracy, 1) + "%)";
                    progress.update(m.step, info);
                  });
     const std::string where = o->resume.empty() ? o->out : o->resume;

@@ -24,6 +24,7 @@ json StepMetrics::to_json() const {
     j["router_agreement"] = agreement;
   }
   if (eval_loss) j["eval_loss"] = *eval_loss;
+  if (eval_accuracy) j["eval_accuracy"] = *eval_accuracy;
   return j;
 }
 
@@ -134,7 +135,7 @@ StepMetrics Trainer::train_step() {
   return m;
 }
 
-double Trainer::evaluate() {
+EvalResult Trainer::evaluate() {
   torch::NoGradGuard no_grad;
   model_->eval();
   // A fresh held-out stream each time: every evaluation sees the same documents.
@@ -142,7 +143,7 @@ double Trainer::evaluate() {
                                           : open_source(config_.eval_data, config_.seed, 1);
   Packer packer(*source, config_.batch_rows, config_.seq_len);
   double loss_sum = 0;
-  int64_t count = 0;
+  int64_t count = 0, correct = 0;
   const auto& mc = model_->config();
   ForwardOptions options;
   options.core_depth = grown_depth(config_, mc.core_depth, std::max<int64_t>(0, step_ - 1));
@@ -154,14 +155,17 @@ double Trainer::evaluate() {
       AutocastGuard autocast(device_, uses_bf16_autocast(config_.precision, device_));
       logits = model_->forward(layout, options).logits.to(torch::kFloat32);
     }
+    auto targets = b.targets.to(device_);
     loss_sum += torch::nn::functional::cross_entropy(
-                    logits, b.targets.to(device_),
+                    logits, targets,
                     torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum))
                     .item<double>();
+    correct += (logits.argmax(-1) == targets).sum().item<int64_t>();  // ignored targets (-100) never match
     count += b.loss_tokens;
   }
   model_->train();
-  return loss_sum / static_cast<double>(std::max<int64_t>(1, count));
+  const double n = static_cast<double>(std::max<int64_t>(1, count));
+  return EvalResult{loss_sum / n, static_cast<double>(correct) / n};
 }
 
 void Trainer::run(const std::function<bool()>& should_stop,
@@ -173,7 +177,11 @@ void Trainer::run(const std::function<bool()>& should_stop,
   while (step_ < config_.steps) {
     auto m = train_step();
     const bool last = step_ == config_.steps;
-    if ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || last) m.eval_loss = evaluate();
+    if ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || last) {
+      const auto eval = evaluate();
+      m.eval_loss = eval.loss;
+      m.eval_accuracy = eval.accuracy;
+    }
     metrics << m.to_json().dump() << "\n" << std::flush;
     if (on_step) on_step(m);
     if ((config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) || last) {

@@ -21,8 +21,14 @@ struct StepMetrics {
   std::vector<double> load;   // per-expert share of routed windows (lol)
   double load_entropy = 0, bias_min = 0, bias_max = 0, agreement = 1;
   double total_flops = 0;     // training FLOPs so far, counted with the grown depth
-  std::optional<double> eval_loss;
+  std::optional<double> eval_loss, eval_accuracy;
   json to_json() const;
+};
+
+// Held-out evaluation: loss per target token and the share of targets the model's most
+// likely next token gets right (teacher-forced), both over the loss-masked targets.
+struct EvalResult {
+  double loss = 0, accuracy = 0;
 };
 
 class Trainer {
@@ -38,7 +44,7 @@ class Trainer {
            const std::function<void(const StepMetrics&)>& on_step = {});
   // One optimizer step (all micro-batches), without evaluation or checkpointing.
   StepMetrics train_step();
-  double evaluate();
+  EvalResult evaluate();
   std::string save_checkpoint();  // returns its directory
   int64_t step() const { return step_; }
   LanguageModel& model() { return model_; }
