@@ -44,13 +44,20 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
 torch::Tensor Projection::apply(const torch::Tensor& x, const std::vector<torch::Tensor>& parts) {
   if (torch::GradMode::is_enabled())
     return torch::nn::functional::linear(x, parts.size() == 1 ? parts[0] : torch::cat(parts, 0));
-  auto w = weight(parts);
-  const bool small = x.dim() == 2 && x.size(0) <= kSmallGemmMaxRows && x.size(0) > 0 && x.device().is_cpu() &&
-                     x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
-                     small_gemm_supported();
-  if (!small) return torch::nn::functional::linear(x, w);
-  if (!panels_.defined()) panels_ = pack_panels(w);
-  return small_gemm(x.contiguous(), panels_, w.size(0));
+  torch::Tensor w, panels;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    w = weight(parts);
+    const bool small = x.dim() == 2 && x.size(0) <= kSmallGemmMaxRows && x.size(0) > 0 && x.device().is_cpu() &&
+                       x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
+                       small_gemm_supported();
+    if (small) {
+      if (!panels_.defined()) panels_ = pack_panels(w);
+      panels = panels_;
+    }
+  }
+  if (!panels.defined()) return torch::nn::functional::linear(x, w);
+  return small_gemm(x.contiguous(), panels, w.size(0));
 }
 
 torch::Tensor Projection::weight(const std::vector<torch::Tensor>& parts) {

@@ -2,6 +2,7 @@
 // Transformer blocks (SPEC 1.1): pre-norm, bias-free, RMSNorm, rotary GQA attention, SwiGLU,
 // and the token-routed MoE feed-forward of the moe family. Children are registered under the
 // canonical checkpoint names (attn_norm, attn.q, ffn.gate, ...).
+#include <mutex>
 #include <optional>
 
 #include <torch/torch.h>
@@ -46,13 +47,14 @@ TORCH_MODULE(Attention);
 // flows through it). Without, it is cached until any part changes (tensor version counters),
 // so decoding does not copy the weights at every token; and a few fp32 rows on a CPU with
 // AVX2 go to the packed kernel of model/small_gemm.h over a panel copy cached the same way.
-// The caches are filled lazily without a lock: one model serves one thread at a time.
+// The caches are filled under a lock, so threads may share one model for inference.
 class Projection {
  public:
   torch::Tensor apply(const torch::Tensor& x, const std::vector<torch::Tensor>& parts);
 
  private:
-  torch::Tensor weight(const std::vector<torch::Tensor>& parts);  // cached stack (no grad)
+  torch::Tensor weight(const std::vector<torch::Tensor>& parts);  // cached stack (no grad), lock held
+  std::mutex mutex_;
   torch::Tensor cached_, panels_;
   std::vector<const void*> data_;
   std::vector<uint32_t> versions_;
