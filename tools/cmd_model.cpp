@@ -49,14 +49,19 @@ std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& 
   return out;
 }
 
-ModelConfig config_from_flags(const std::string& config_file, const std::string& preset,
-                              const std::vector<std::string>& overrides) {
+ModelConfig ModelFlags::resolve() const {
   LOL_CHECK(config_file.empty() != preset.empty(), "give exactly one of --config and --preset");
   if (!config_file.empty()) {
     LOL_CHECK(path_exists(config_file), "--config: no such file ", config_file);
     return load_model_config(config_file, overrides);
   }
   return load_model_config(preset, overrides);
+}
+
+void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
+  cmd->add_option("--config", flags.config_file, "model config JSON file");
+  cmd->add_option("--preset", flags.preset, "model preset from configs/ (tiny, maze-cpu, ...)");
+  cmd->add_option("--set", flags.overrides, "override a model config key: --set window=64 (repeatable)");
 }
 
 namespace {
@@ -78,20 +83,18 @@ std::string human(double value) {
 void add_init_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
   auto* cmd = app.add_subcommand("init", "write a randomly initialised model directory");
   struct Opts {
-    std::string config, preset, out;
-    std::vector<std::string> overrides;
+    ModelFlags model;
+    std::string out;
     uint64_t seed = 0;
     bool overwrite = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--config", o->config, "model config JSON file");
-  cmd->add_option("--preset", o->preset, "preset name from configs/ (tiny, maze-cpu, ...)");
-  cmd->add_option("--set", o->overrides, "override a config key: --set window=64 (repeatable)");
+  add_model_flags(cmd, o->model);
   cmd->add_option("--seed", o->seed, "initialisation seed")->required();
   cmd->add_option("--out", o->out, "output model directory")->required();
   cmd->add_flag("--overwrite", o->overwrite, "replace an existing model in --out");
   commands.emplace_back(cmd, [o] {
-    auto config = config_from_flags(o->config, o->preset, o->overrides);
+    auto config = o->model.resolve();
     LOL_CHECK(o->overwrite || !path_exists(o->out + "/model.safetensors"), "--out: ", o->out,
               " already holds a model (pass --overwrite to replace it)");
     LanguageModel model(config);
@@ -180,26 +183,23 @@ void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>
 void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
   auto* cmd = app.add_subcommand("info", "parameters, FLOPs per token and cache sizes");
   struct Opts {
-    std::string model, preset, config;
-    std::vector<std::string> overrides;
+    std::string model;
+    ModelFlags flags;
     int64_t seq_len = 0;
     bool as_json = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "model directory");
-  cmd->add_option("--preset", o->preset, "preset name");
-  cmd->add_option("--config", o->config, "config JSON file");
-  cmd->add_option("--set", o->overrides, "override a config key (with --preset/--config)");
+  add_model_flags(cmd, o->flags);
   cmd->add_option("--seq-len", o->seq_len, "sequence length for attention FLOPs (default max_seq_len)");
   cmd->add_flag("--json", o->as_json, "print JSON");
   commands.emplace_back(cmd, [o] {
     ModelConfig config;
     if (!o->model.empty()) {
-      LOL_CHECK(o->preset.empty() && o->config.empty() && o->overrides.empty(),
-                "--model excludes --preset, --config and --set");
+      LOL_CHECK(!o->flags.given(), "--model excludes --preset, --config and --set");
       config = load_model_config_from_dir(o->model);
     } else {
-      config = config_from_flags(o->config, o->preset, o->overrides);
+      config = o->flags.resolve();
     }
     const int64_t T = o->seq_len > 0 ? o->seq_len : config.max_seq_len;
     auto s = model_stats(config, T);

@@ -108,16 +108,15 @@ void report(Trainer& trainer, torch::Device device) {
 void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
   auto* cmd = app.add_subcommand("train", "train a model from scratch, or resume a run");
   struct Opts {
-    std::string config, preset, out, resume, data;
-    std::vector<std::string> overrides, train_overrides;
+    ModelFlags model;
+    std::string out, resume, data;
+    std::vector<std::string> train_overrides;
     int64_t steps = 0;
     uint64_t seed = 0;
     bool overwrite = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--config", o->config, "model config JSON file");
-  cmd->add_option("--preset", o->preset, "model preset (tiny, maze-cpu, ...)");
-  cmd->add_option("--set", o->overrides, "override a model config key (repeatable)");
+  add_model_flags(cmd, o->model);
   cmd->add_option("--train-set", o->train_overrides, "override a training config key: --train-set lr=1e-3");
   cmd->add_option("--data", o->data, "task:copy or a token shard path (training config 'data')");
   cmd->add_option("--steps", o->steps, "optimizer steps (training config 'steps')");
@@ -129,8 +128,8 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     const auto device = selected_device();
     std::unique_ptr<Trainer> trainer;
     if (!o->resume.empty()) {
-      LOL_CHECK(o->out.empty() && o->preset.empty() && o->config.empty() && o->overrides.empty() &&
-                    o->train_overrides.empty() && o->data.empty() && o->steps == 0,
+      LOL_CHECK(o->out.empty() && !o->model.given() && o->train_overrides.empty() && o->data.empty() &&
+                    o->steps == 0,
                 "--resume continues a run as it was configured; it takes no other run options");
       trainer = Trainer::resume(o->resume, device);
       std::cerr << "resuming " << o->resume << " at step " << trainer->step() << "\n";
@@ -138,7 +137,7 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       LOL_CHECK(!o->out.empty(), "give --out DIR for a new run, or --resume DIR");
       LOL_CHECK(o->overwrite || !path_exists(o->out + "/checkpoints"), "--out: ", o->out,
                 " already holds a run (resume it with --resume, or pass --overwrite)");
-      auto config = config_from_flags(o->config, o->preset, o->overrides);
+      auto config = o->model.resolve();
       TrainConfig tc;
       tc.seed = o->seed;
       if (!o->data.empty()) tc.data = o->data;

@@ -30,9 +30,14 @@ void add_task_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
 void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 
-// The model config of --config FILE or --preset NAME (exactly one), with --set overrides.
-ModelConfig config_from_flags(const std::string& config_file, const std::string& preset,
-                              const std::vector<std::string>& overrides);
+// --config FILE or --preset NAME with --set overrides: how init, info and train name a model.
+struct ModelFlags {
+  std::string config_file, preset;
+  std::vector<std::string> overrides;
+  bool given() const { return !config_file.empty() || !preset.empty() || !overrides.empty(); }
+  ModelConfig resolve() const;  // exactly one of --config and --preset
+};
+void add_model_flags(CLI::App* cmd, ModelFlags& flags);
 
 // "1,2,3" -> {1, 2, 3}; names the flag and the item that is not an integer.
 std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text);
