@@ -6,6 +6,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "util/runtime.h"
+#include "util/version.h"
+
 namespace lol::bench {
 
 Spread spread(const std::vector<double>& xs) {
@@ -86,6 +89,21 @@ void Table::header(const std::vector<std::string>& cells, size_t text_columns) {
 void Table::row(const std::vector<std::string>& cells) const {
   for (size_t i = 0; i < cells.size(); ++i) std::cout << (markdown_ ? (i ? " | " : "| ") : (i ? "," : "")) << cells[i];
   std::cout << (markdown_ ? " |\n" : "\n");
+}
+
+json machine_fields(torch::Device device) {
+  const auto info = runtime_info();
+  return {{"commit", git_commit()},         {"blas", info.blas},
+          {"torch_threads", info.torch_threads}, {"kernel_threads", info.kernel_threads},
+          {"blas_threads", info.blas_threads},   {"device", device.str()}};
+}
+
+std::string machine_lines(torch::Device device) {
+  const auto info = runtime_info();
+  std::ostringstream out;
+  out << "commit " << git_commit() << " | BLAS: " << info.blas << "\nthreads: torch " << info.torch_threads
+      << ", kernels " << info.kernel_threads << ", BLAS " << info.blas_threads << " | device " << device.str();
+  return out.str();
 }
 
 }  // namespace lol::bench

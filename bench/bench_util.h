@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "model/config.h"
+#include "util/fields.h"
 
 namespace lol::bench {
 
@@ -26,6 +27,12 @@ std::string fixed(double value, int digits);
 Spread measure_matmul_peak(int64_t size, int reps, torch::Device device, torch::ScalarType dtype = torch::kFloat32);
 // "dense-sliding" -> family dense, core_attention sliding; looped and moe take L blocks/experts.
 ModelConfig family_config(ModelConfig base, const std::string& spec);
+
+// What a run ran on, stamped on every suite's output: commit, BLAS, the threads of LibTorch's
+// pool, this project's kernels and the BLAS, and the device. As JSON fields, or as the lines
+// above a markdown table.
+json machine_fields(torch::Device device);
+std::string machine_lines(torch::Device device);
 
 // Prints rows as a markdown table (with a header rule) or as CSV.
 class Table {

@@ -4,8 +4,6 @@
 #include "model/small_gemm.h"
 #include "infer/decoder.h"
 #include "suites.h"
-#include "util/runtime.h"
-#include "util/version.h"
 
 namespace lol::bench {
 
@@ -110,15 +108,13 @@ void bench_decode(const DecodeBenchOptions& o) {
       rows.push_back(row);
     }
   }
-  auto info = runtime_info();
   auto fmt = fixed;
   // Projections of up to kSmallGemmMaxRows rows on the CPU use the packed kernel when the CPU
   // has AVX2+FMA, else BLAS: say which, since it changes batch 1 by ~2x.
   const std::string few_rows = device.is_cpu() && small_gemm_supported() ? "packed AVX2 kernel" : "BLAS";
   if (output == "json") {
-    json j = {{"commit", git_commit()}, {"blas", info.blas}, {"torch_threads", info.torch_threads},
-              {"blas_threads", info.blas_threads}, {"few_row_products", few_rows}, {"device", device.str()},
-              {"config", base.to_json()}, {"rows", json::array()}};
+    json j = machine_fields(device);
+    j.update({{"few_row_products", few_rows}, {"config", base.to_json()}, {"rows", json::array()}});
     for (const auto& r : rows)
       j["rows"].push_back({{"family", r.family}, {"what", r.what}, {"context", r.context}, {"batch", r.batch},
                            {"tokens_per_s", r.tokens_per_s}, {"p50_ms", r.p50_ms}, {"p95_ms", r.p95_ms},
@@ -131,8 +127,7 @@ void bench_decode(const DecodeBenchOptions& o) {
   const bool md = output == "md";
   Table table(md);
   if (md)
-    std::cout << "commit " << git_commit() << " | BLAS: " << info.blas << "\nthreads: torch " << info.torch_threads
-              << ", BLAS " << info.blas_threads << " | device " << device.str() << " | few-row products: " << few_rows
+    std::cout << machine_lines(device) << " | few-row products: " << few_rows
               << " | " << steps << " timed steps\n\n";
   table.header({"family", "what", "context", "batch", "tokens/s", "p50 ms", "p95 ms", "core p50 ms", "rest p50 ms",
                 "recompute ms", "x cached", "blocks/step", "weight MB/token"}, 2);

@@ -10,8 +10,6 @@
 #include "train/precision.h"
 #include "train/trainer.h"
 #include "util/files.h"
-#include "util/runtime.h"
-#include "util/version.h"
 
 namespace lol::bench {
 namespace {
@@ -75,7 +73,6 @@ std::vector<double> time_mode(const ModelBenchOptions& o, const std::string& mod
 }  // namespace
 
 void bench_model(const ModelBenchOptions& o) {
-  const auto info = runtime_info();
   // MFU is against the measured peak of the precision the matrix products run in; a GPU
   // needs larger products than a CPU core to reach its peak.
   const bool bf16 = uses_bf16_autocast(o.precision, o.device);
@@ -116,15 +113,11 @@ void bench_model(const ModelBenchOptions& o) {
   };
   const std::string first_family = o.families.front();
   if (o.output == "json") {
-    json j = {{"commit", git_commit()},
-              {"blas", info.blas},
-              {"torch_threads", info.torch_threads},
-              {"blas_threads", info.blas_threads},
-              {"device", o.device.str()},
-              {"precision", bf16 ? "bf16" : "fp32"},
+    json j = machine_fields(o.device);
+    j.update({{"precision", bf16 ? "bf16" : "fp32"},
               {"matmul_peak_gflops", {{"mean", peak.mean}, {"stddev", peak.stddev}}},
               {"config", o.base.to_json()},
-              {"rows", json::array()}};
+              {"rows", json::array()}});
     for (const auto& r : rows)
       j["rows"].push_back({{"family", r.family}, {"mode", r.mode}, {"seq_len", r.seq_len}, {"batch", r.batch},
                            {"tokens_per_s", r.tokens_per_s.mean}, {"tokens_per_s_stddev", r.tokens_per_s.stddev},
@@ -135,9 +128,7 @@ void bench_model(const ModelBenchOptions& o) {
   }
   const bool md = o.output == "md";
   if (md)
-    std::cout << "commit " << git_commit() << " | BLAS: " << info.blas << "\n"
-              << "threads: torch " << info.torch_threads << ", BLAS " << info.blas_threads << " | device " << o.device.str()
-              << " | " << (bf16 ? "bf16 autocast" : "fp32") << " | matmul peak "
+    std::cout << machine_lines(o.device) << " | " << (bf16 ? "bf16 autocast" : "fp32") << " | matmul peak "
               << fixed(peak.mean, 1) << " ± " << fixed(peak.stddev, 1) << " GFLOP/s | preset "
               << o.preset_name << "\n\n";
   Table table(md);

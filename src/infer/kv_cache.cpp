@@ -141,6 +141,10 @@ void attend_head(const float* q, const float* keys, const float* values, const i
 
 }  // namespace
 
+// Keys and values one thread reads before a second one is worth waking (measured: see
+// docs/performance.md).
+constexpr int64_t kParallelBytes = 1024 << 10;
+
 // One pass over each row's own slots, (row, kv head) pairs spread over the threads: keys and
 // values are read once at memory speed instead of through many tiny GEMMs, and rows shorter
 // than the longest cost only their own length.
@@ -153,7 +157,13 @@ torch::Tensor KVCache::attend_cpu(const torch::Tensor& q, const std::vector<int6
   const int64_t* slot_pos = slot_position_.data_ptr<int64_t>();
   float* op = out.data_ptr<float>();
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  at::parallel_for(0, batch * kv_heads_, 1, [&](int64_t begin, int64_t end) {
+  // Waking the second thread costs tens of microseconds: split only when the keys and values
+  // read are large enough to repay it (not for batch 1 over a window of 64 slots).
+  int64_t slots = 0;
+  for (int64_t b = 0; b < batch; ++b) slots += length_[b] + 1;
+  const int64_t bytes_per_item = std::max<int64_t>(1, slots * 2 * dh * 4 / batch);
+  const int64_t grain = std::max<int64_t>(1, kParallelBytes / bytes_per_item);
+  at::parallel_for(0, batch * kv_heads_, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / kv_heads_, h = item % kv_heads_;

@@ -8,6 +8,9 @@
 #include <thread>
 
 #include <torch/torch.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace lol {
 namespace {
@@ -45,6 +48,11 @@ void ensure_runtime_environment(char** argv) {
 void configure_runtime(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(threads);
+#ifdef _OPENMP
+  // Our own at::parallel_for loops run on the OpenMP runtime this binary links; with a pip
+  // LibTorch that bundles its own copy, at::set_num_threads sizes only LibTorch's.
+  omp_set_num_threads(threads);
+#endif
   if (auto set_blas = find_symbol<SetThreadsFn>("openblas_set_num_threads")) set_blas(threads);
   ::mallopt(M_MMAP_THRESHOLD, 256 << 20);
   ::mallopt(M_TRIM_THRESHOLD, 512 << 20);
@@ -53,6 +61,11 @@ void configure_runtime(int threads) {
 RuntimeInfo runtime_info() {
   RuntimeInfo info;
   info.torch_threads = at::get_num_threads();
+#ifdef _OPENMP
+  info.kernel_threads = omp_get_max_threads();
+#else
+  info.kernel_threads = 1;
+#endif
   if (auto get_config = find_symbol<GetConfigFn>("openblas_get_config")) {
     info.blas = std::string("OpenBLAS ") + get_config();
   } else if (at::hasMKL()) {
