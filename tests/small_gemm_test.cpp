@@ -1,6 +1,7 @@
 // The packed few-row kernel against torch::linear, and the Projection that dispatches to it.
 #include "helpers.h"
 #include "model/small_gemm.h"
+#include "util/runtime.h"
 
 namespace lol {
 namespace {
@@ -22,6 +23,27 @@ TEST(SmallGemm, MatchesLinearForEveryRowCountAndRaggedShapes) {
             << "m " << m << " n " << n << " k " << k;
       }
     }
+}
+
+// Large products split their column panels over the threads; every column is still one
+// thread's sum in the same order, so the result does not depend on the thread count.
+TEST(SmallGemm, SplittingOverThreadsGivesTheSameBits) {
+  if (!small_gemm_supported()) GTEST_SKIP() << "CPU without AVX2+FMA: projections use BLAS";
+  torch::manual_seed(5);
+  auto w = torch::randn({1408, 256});
+  auto panels = pack_panels(w);
+  const int before = at::get_num_threads();
+  for (int64_t m : {1, 5, 12, 32}) {
+    auto x = torch::randn({m, 256});
+    at::set_num_threads(1);
+    auto one = small_gemm(x, panels, 1408);
+    configure_runtime(2);
+    auto two = small_gemm(x, panels, 1408);
+    EXPECT_TRUE(torch::equal(one, two)) << "m " << m;
+    EXPECT_LT(testing::max_abs_diff(two, torch::nn::functional::linear(x.to(torch::kFloat64), w.to(torch::kFloat64))),
+              1e-4 * 16);
+  }
+  configure_runtime(before);
 }
 
 TEST(SmallGemm, ProjectionRepacksWhenTheWeightChanges) {

@@ -1,5 +1,7 @@
 #include "model/small_gemm.h"
 
+#include <ATen/Parallel.h>
+
 #include "util/error.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -9,6 +11,10 @@
 
 namespace lol {
 namespace {
+
+// Multiply-adds one thread does before a second one is worth waking (measured: see
+// docs/performance.md).
+constexpr int64_t kParallelFlops = 1 << 20;
 
 #ifdef LOL_SMALL_GEMM
 // Rows [0, M) of x times panels [nb, nb + P): M x P accumulators of 8 columns, each weight
@@ -33,13 +39,19 @@ __attribute__((target("avx2,fma"))) void tile(const float* x, int64_t K, const f
     for (int p = 0; p < P; ++p) _mm256_storeu_ps(y + m * ldy + (nb + p) * 8, acc[m][p]);
 }
 
-// M rows times every panel: tiles of P panels, then single panels for the rest.
-template <int M, int P>
-__attribute__((target("avx2,fma"))) void all_panels(const float* x, int64_t K, const float* panels,
-                                                    int64_t num_panels, float* y, int64_t ldy) {
-  int64_t nb = 0;
-  for (; nb + P <= num_panels; nb += P) tile<M, P>(x, K, panels, y, ldy, nb);
-  for (; nb < num_panels; ++nb) tile<M, 1>(x, K, panels, y, ldy, nb);
+// Every row of x times panels [nb, nb + P), in tiles of 4 rows and then the remainder: the
+// P panels (P x K x 8 floats) stay in L1 while the rows stream past them.
+template <int P>
+__attribute__((target("avx2,fma"))) void panel_group(const float* x, int64_t M, int64_t K, const float* panels,
+                                                     float* y, int64_t ldy, int64_t nb) {
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) tile<4, P>(x + m * K, K, panels, y + m * ldy, ldy, nb);
+  switch (M - m) {
+    case 3: tile<3, P>(x + m * K, K, panels, y + m * ldy, ldy, nb); break;
+    case 2: tile<2, P>(x + m * K, K, panels, y + m * ldy, ldy, nb); break;
+    case 1: tile<1, P>(x + m * K, K, panels, y + m * ldy, ldy, nb); break;
+    default: break;
+  }
 }
 #endif
 
@@ -68,7 +80,7 @@ torch::Tensor small_gemm(const torch::Tensor& x, const torch::Tensor& panels, in
   LOL_CHECK(small_gemm_supported(), "small_gemm needs a CPU with AVX2 and FMA");
   LOL_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat32 && x.device().is_cpu(),
             "small_gemm needs contiguous fp32 CPU rows");
-  LOL_CHECK(panels.size(1) == K && panels.size(2) == 8 && n <= num * 8 && M <= kSmallGemmMaxRows,
+  LOL_CHECK(panels.size(1) == K && panels.size(2) == 8 && n <= num * 8 && M > 0,
             "small_gemm: shapes do not match");
   auto y = torch::empty({M, num * 8}, x.options());
 #ifdef LOL_SMALL_GEMM
@@ -76,14 +88,20 @@ torch::Tensor small_gemm(const torch::Tensor& x, const torch::Tensor& panels, in
   const float* pp = panels.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const int64_t ldy = num * 8;
-  int64_t m = 0;
-  for (; m + 4 <= M; m += 4) all_panels<4, 3>(xp + m * K, K, pp, num, yp + m * ldy, ldy);
-  switch (M - m) {
-    case 3: all_panels<3, 3>(xp + m * K, K, pp, num, yp + m * ldy, ldy); break;
-    case 2: all_panels<2, 4>(xp + m * K, K, pp, num, yp + m * ldy, ldy); break;
-    case 1: all_panels<1, 4>(xp + m * K, K, pp, num, yp + m * ldy, ldy); break;
-    default: break;
-  }
+  // Groups of 3 panels (24 columns) side by side on the threads, once the product is large
+  // enough to repay waking a second thread.
+  constexpr int64_t kGroup = 3;
+  const int64_t groups = (num + kGroup - 1) / kGroup;
+  const int64_t grain = std::max<int64_t>(1, kParallelFlops / (2 * M * K * 8 * kGroup));
+  at::parallel_for(0, groups, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t nb = g * kGroup;
+      if (nb + kGroup <= num)
+        panel_group<kGroup>(xp, M, K, pp, yp, ldy, nb);
+      else
+        for (int64_t p = nb; p < num; ++p) panel_group<1>(xp, M, K, pp, yp, ldy, p);
+    }
+  });
 #endif
   return num * 8 == n ? y : y.narrow(1, 0, n).contiguous();
 }

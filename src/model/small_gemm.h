@@ -1,17 +1,17 @@
 #pragma once
-// y = x W^T for a few rows on the CPU, the shape of decoding (one to a few tokens per
-// sequence or per expert). BLAS packs the whole weight matrix into its own layout on every
-// call, which for a handful of rows costs more than the product; here the weight is packed
-// once into panels of 8 output columns, (ceil(N/8), K, 8), and register-tiled AVX2+FMA kernels
-// stream it. Measured on the development VM with the weights streamed from L3 as in decoding
-// (d 256, this kernel on one thread, OpenBLAS on two): 1 row 1.8x, 4 rows 1.7x, 8 rows
-// 0.7-1.2x by shape, 16 rows 0.4x (OpenBLAS's threads take over); so up to 8 rows. An 8-row
-// tile in AVX-512VL's 32 registers won 1.45x on one shape and nothing end to end: not kept.
+// y = x W^T for the few rows of decoding (one token per sequence, or per expert) on the CPU.
+// BLAS packs the whole weight matrix into its own layout on every call, which for a handful
+// of rows costs more than the product; here the weight is packed once into panels of 8 output
+// columns, (ceil(N/8), K, 8), and register-tiled AVX2+FMA kernels stream it: groups of three
+// panels stay in L1 while the rows pass, and large enough products split the groups over the
+// threads (at::parallel_for). Measured on the development VM (d 256, two threads, weights
+// streamed from L3; docs/performance.md): 1 row 3-4x OpenBLAS, 4-12 rows 2.5-4x, 16-24 rows
+// 1-2x, 32 rows 0.8-1.2x by shape, 64 rows 0.6x; so up to 32 rows.
 #include <torch/torch.h>
 
 namespace lol {
 
-constexpr int64_t kSmallGemmMaxRows = 8;
+constexpr int64_t kSmallGemmMaxRows = 32;
 
 // Whether this CPU runs the kernels (x86-64 with AVX2 and FMA).
 bool small_gemm_supported();

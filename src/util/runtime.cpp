@@ -36,7 +36,11 @@ void ensure_runtime_environment(char** argv) {
       changed = true;
     }
   };
-  set_default("OMP_WAIT_POLICY", "PASSIVE");
+  // OpenMP workers spin ~3000 rounds (tens of microseconds) after a parallel region, then
+  // sleep: back-to-back regions (a decode step's few-row products) find them awake, and they
+  // do not spin against OpenBLAS's threads for long. Measured against OMP_WAIT_POLICY=PASSIVE
+  // (docs/performance.md). A caller's OMP_WAIT_POLICY or GOMP_SPINCOUNT wins.
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) set_default("GOMP_SPINCOUNT", "3000");
   set_default("OPENBLAS_THREAD_TIMEOUT", "4");
   ::setenv("LOL_RUNTIME_ENV", "1", 1);
   if (changed) {

@@ -14,7 +14,8 @@ struct RuntimeInfo {
 };
 
 // Re-executes the process once with the environment settings that must be in place before
-// the OpenMP and OpenBLAS runtimes load (passive waiting, short BLAS thread timeout).
+// the OpenMP and OpenBLAS runtimes load (a short OpenMP spin before sleeping, a short BLAS
+// thread timeout).
 // Call first thing in main(); returns normally when nothing needs to change.
 void ensure_runtime_environment(char** argv);
 
