@@ -253,9 +253,8 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const std::ve
           l.ordinal[b] = k;
         }
       }
-    auto qkv = l.block->attention_inputs(x, nullptr);
-    auto att = attend(qkv, l.kind == Layer::Kind::kSliding ? c.window : 0);
-    auto y = l.block->finish(x, att, nullptr);
+    const int64_t band = l.kind == Layer::Kind::kSliding ? c.window : 0;
+    auto y = run_slices(x, {{l.block, 0, B}}, nullptr, [&](const BlockImpl::QKV& qkv) { return attend(qkv, band); });
     stats_.block_calls += 1;
     stats_.weight_bytes += block_bytes_read(l.block);
     return y;
@@ -303,29 +302,28 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const std::ve
   l.window_sum += x;
   for (int64_t b = 0; b < B; ++b) ++l.window_count[b];
 
+  // The rows grouped by expert, each group one slice of a single pass; attention runs in the
+  // cache's row order.
   FilmRows film = lol_core.film_rows(l.depth);
-  std::map<int64_t, std::vector<int64_t>> rows_of;
-  for (int64_t b = 0; b < B; ++b) rows_of[l.expert[b]].push_back(b);
-  const int64_t H = c.n_heads, Hkv = c.n_kv_heads, dh = c.head_dim();
-  auto q = torch::empty({B, H, dh}, x.options()), k = torch::empty({B, Hkv, dh}, x.options()),
-       v = torch::empty({B, Hkv, dh}, x.options());
-  std::vector<std::pair<torch::Tensor, Block>> groups;
-  for (const auto& [expert, rows] : rows_of) {
-    auto idx = torch::tensor(rows, torch::kInt64).to(device_);
-    Block block(lol_core.library->ptr<BlockImpl>(expert));
-    auto qkv = block->attention_inputs(x.index_select(0, idx), &film);
+  const RowGroups groups = group_rows(l.expert, lol_core.blocks());
+  for (const auto& s : groups.slices) {
     stats_.block_calls += 1;
-    stats_.weight_bytes += parameter_bytes(*block);
-    q.index_copy_(0, idx, qkv.q);
-    k.index_copy_(0, idx, qkv.k);
-    v.index_copy_(0, idx, qkv.v);
-    groups.emplace_back(idx, block);
+    stats_.weight_bytes += parameter_bytes(*s.block);
   }
-  auto att = attend(BlockImpl::QKV{q, k, v}, 0);
-  auto y = torch::empty_like(x);
-  for (auto& [idx, block] : groups)
-    y.index_copy_(0, idx, block->finish(x.index_select(0, idx), att.index_select(0, idx), &film));
-  return x + l.gate.unsqueeze(1) * (y - x);
+  if (groups.identity) {
+    auto y = run_slices(x, groups.slices, &film, [&](const BlockImpl::QKV& qkv) { return attend(qkv, 0); });
+    return x + l.gate.unsqueeze(1) * (y - x);
+  }
+  auto perm = torch::tensor(groups.perm, torch::kInt64).to(device_);
+  auto inverse = torch::tensor(groups.inverse, torch::kInt64).to(device_);
+  auto xs = x.index_select(0, perm);
+  auto ys = run_slices(xs, groups.slices, &film, [&](const BlockImpl::QKV& qkv) {
+    auto att = attend(BlockImpl::QKV{qkv.q.index_select(0, inverse), qkv.k.index_select(0, inverse),
+                                     qkv.v.index_select(0, inverse)},
+                      0);
+    return att.index_select(0, perm);
+  });
+  return x + l.gate.unsqueeze(1) * (ys.index_select(0, inverse) - x);
 }
 
 void Decoder::retain(const std::vector<int64_t>& keep) {

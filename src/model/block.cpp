@@ -131,10 +131,14 @@ BlockImpl::BlockImpl(const ModelConfig& c, bool use_moe) {
     ffn = register_module("ffn", FeedForward(c.d_model, c.ffn_hidden));
 }
 
-BlockImpl::QKV BlockImpl::attention_inputs(const torch::Tensor& x, const FilmRows* film) {
-  auto h = attn_norm->forward(x);
-  if (film) h = h * film->attn_gamma + film->attn_beta;
-  const int64_t n = x.size(0);
+torch::Tensor BlockImpl::sublayer_input(const torch::Tensor& normalized, const RMSNorm& norm,
+                                        const torch::Tensor* gamma, const torch::Tensor* beta) {
+  if (!gamma) return normalized * norm->weight;
+  return torch::addcmul(*beta, normalized, norm->weight * *gamma);
+}
+
+BlockImpl::QKV BlockImpl::project_qkv(const torch::Tensor& h) {
+  const int64_t n = h.size(0);
   const int64_t q_cols = attn->heads * attn->head_dim, kv_cols = attn->kv_heads * attn->head_dim;
   auto fused = qkv.apply(h, {attn->q->weight, attn->k->weight, attn->v->weight});
   auto parts = fused.split_with_sizes({q_cols, kv_cols, kv_cols}, -1);
@@ -143,12 +147,30 @@ BlockImpl::QKV BlockImpl::attention_inputs(const torch::Tensor& x, const FilmRow
              parts[2].reshape({n, attn->kv_heads, attn->head_dim})};
 }
 
-torch::Tensor BlockImpl::finish(const torch::Tensor& x, const torch::Tensor& attended,
-                                const FilmRows* film) {
-  auto a = x + out_proj.apply(attended, {attn->o->weight});
-  auto h = ffn_norm->forward(a);
-  if (film) h = h * film->ffn_gamma + film->ffn_beta;
-  return a + (moe ? moe->forward(h) : ffn->forward(h));
+BlockImpl::QKV BlockImpl::attention_inputs(const torch::Tensor& x, const FilmRows* film) {
+  return project_qkv(sublayer_input(rms_normalize(x, attn_norm->eps), attn_norm,
+                                    film ? &film->attn_gamma : nullptr, film ? &film->attn_beta : nullptr));
+}
+
+RowGroups group_rows(const std::vector<int64_t>& block_of_row, const std::vector<Block>& blocks) {
+  const int64_t n = static_cast<int64_t>(block_of_row.size()), L = static_cast<int64_t>(blocks.size());
+  std::vector<int64_t> counts(L, 0);
+  for (auto b : block_of_row) counts[b]++;
+  std::vector<int64_t> offsets(L, 0);
+  for (int64_t m = 1; m < L; ++m) offsets[m] = offsets[m - 1] + counts[m - 1];
+  RowGroups g;
+  g.perm.resize(n);
+  g.inverse.resize(n);
+  std::vector<int64_t> next = offsets;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t at = next[block_of_row[r]]++;
+    g.perm[at] = r;
+    g.inverse[r] = at;
+    g.identity = g.identity && at == r;
+  }
+  for (int64_t m = 0; m < L; ++m)
+    if (counts[m] > 0) g.slices.push_back({blocks[m], offsets[m], counts[m]});
+  return g;
 }
 
 namespace {
@@ -157,23 +179,65 @@ torch::Tensor cat_rows(std::vector<torch::Tensor>& parts) {
 }
 }  // namespace
 
-torch::Tensor run_blocks(const torch::Tensor& x, std::vector<BlockSlice> slices,
-                         const Rotary& rotary, const AttentionPlan& plan, const FilmRows* film,
-                         const torch::Tensor& perm, const torch::Tensor& inverse_perm) {
+torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices, const FilmRows* film,
+                         const AttendFn& attend_rows) {
+  const double eps = slices.front().block->attn_norm->eps;
+  // Attention sublayer: normalise all rows once, then each slice's norm weight, FiLM and q|k|v.
+  auto normalized = rms_normalize(x, eps);
   std::vector<torch::Tensor> qs, ks, vs;
   for (auto& s : slices) {
-    auto qkv = s.block->attention_inputs(x.narrow(0, s.offset, s.count), film);
+    auto qkv = s.block->project_qkv(BlockImpl::sublayer_input(normalized.narrow(0, s.offset, s.count),
+                                                              s.block->attn_norm, film ? &film->attn_gamma : nullptr,
+                                                              film ? &film->attn_beta : nullptr));
     qs.push_back(qkv.q);
     ks.push_back(qkv.k);
     vs.push_back(qkv.v);
   }
-  auto attended = attend(rotary.apply(cat_rows(qs)), rotary.apply(cat_rows(ks)), cat_rows(vs),
-                         plan, perm, inverse_perm);
+  auto attended = attend_rows(BlockImpl::QKV{cat_rows(qs), cat_rows(ks), cat_rows(vs)});
   std::vector<torch::Tensor> outs;
-  for (auto& s : slices)
-    outs.push_back(s.block->finish(x.narrow(0, s.offset, s.count),
-                                   attended.narrow(0, s.offset, s.count), film));
-  return cat_rows(outs);
+  for (auto& s : slices) {
+    auto& attn = s.block->attn;
+    outs.push_back(s.block->out_proj.apply(attended.narrow(0, s.offset, s.count), {attn->o->weight}));
+  }
+  auto a = x + cat_rows(outs);
+  // Feed-forward sublayer, SwiGLU's gate over all rows at once between the slices' products.
+  normalized = rms_normalize(a, eps);
+  std::vector<torch::Tensor> inputs;
+  bool any_moe = false;
+  for (auto& s : slices) {
+    inputs.push_back(BlockImpl::sublayer_input(normalized.narrow(0, s.offset, s.count), s.block->ffn_norm,
+                                               film ? &film->ffn_gamma : nullptr, film ? &film->ffn_beta : nullptr));
+    any_moe = any_moe || s.block->moe;
+  }
+  std::vector<torch::Tensor> ffn_out;
+  if (any_moe) {
+    for (size_t i = 0; i < slices.size(); ++i) {
+      auto& b = slices[i].block;
+      ffn_out.push_back(b->moe ? b->moe->forward(inputs[i]) : b->ffn->forward(inputs[i]));
+    }
+    return a + cat_rows(ffn_out);
+  }
+  std::vector<torch::Tensor> gate_up;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    auto& f = slices[i].block->ffn;
+    gate_up.push_back(f->gate_up.apply(inputs[i], {f->gate->weight, f->up->weight}));
+  }
+  auto both = cat_rows(gate_up);
+  const int64_t hidden = both.size(1) / 2;
+  auto hidden_act = torch::silu(both.narrow(1, 0, hidden)) * both.narrow(1, hidden, hidden);
+  for (auto& s : slices) {
+    auto& f = s.block->ffn;
+    ffn_out.push_back(f->down_proj.apply(hidden_act.narrow(0, s.offset, s.count), {f->down->weight}));
+  }
+  return a + cat_rows(ffn_out);
+}
+
+torch::Tensor run_blocks(const torch::Tensor& x, std::vector<BlockSlice> slices,
+                         const Rotary& rotary, const AttentionPlan& plan, const FilmRows* film,
+                         const torch::Tensor& perm, const torch::Tensor& inverse_perm) {
+  return run_slices(x, slices, film, [&](const BlockImpl::QKV& qkv) {
+    return attend(rotary.apply(qkv.q), rotary.apply(qkv.k), qkv.v, plan, perm, inverse_perm);
+  });
 }
 
 }  // namespace lol

@@ -2,6 +2,7 @@
 // Transformer blocks (SPEC 1.1): pre-norm, bias-free, RMSNorm, rotary GQA attention, SwiGLU,
 // and the token-routed MoE feed-forward of the moe family. Children are registered under the
 // canonical checkpoint names (attn_norm, attn.q, ffn.gate, ...).
+#include <functional>
 #include <mutex>
 #include <optional>
 
@@ -88,9 +89,14 @@ struct BlockImpl : torch::nn::Module {
     torch::Tensor q, k, v;
   };
   QKV attention_inputs(const torch::Tensor& x, const FilmRows* film);
-  // Everything after attention: x + o(attn), then the feed-forward sublayer.
-  torch::Tensor finish(const torch::Tensor& x, const torch::Tensor& attended,
-                       const FilmRows* film);
+  // The projections alone, of rows already through sublayer_input(attn_norm, ...).
+  QKV project_qkv(const torch::Tensor& h);
+
+  // A sublayer's normed input from rows already divided by their RMS: h * w, or with FiLM
+  // h * (w * gamma) + beta (one fused op). Every path computes it this way, so prefill,
+  // decoding and training round alike.
+  static torch::Tensor sublayer_input(const torch::Tensor& normalized, const RMSNorm& norm,
+                                      const torch::Tensor* gamma, const torch::Tensor* beta);
 
   RMSNorm attn_norm{nullptr}, ffn_norm{nullptr};
   Attention attn{nullptr};
@@ -107,10 +113,27 @@ struct BlockSlice {
   int64_t count = 0;
 };
 
-// Runs blocks over disjoint row slices that together cover x, with one shared attention
-// call: the per-slice projections, then attention over the plan's segments, then the
-// per-slice output projection and feed-forward. A dense layer is one slice; a routed depth
-// has one slice per selected expert. perm / inverse_perm as in attend().
+// Rows grouped by the block (expert) each chose, stably: perm[r] is the original row placed
+// at r, inverse undoes it, slices cover the grouped rows, one per block used.
+struct RowGroups {
+  std::vector<int64_t> perm, inverse;
+  std::vector<BlockSlice> slices;
+  bool identity = true;  // perm is 0..n-1 (one block, or rows already grouped)
+};
+RowGroups group_rows(const std::vector<int64_t>& block_of_row, const std::vector<Block>& blocks);
+
+// Attention between the projections and the rest of a layer: q (n, H, dh), k and v
+// (n, Hkv, dh) before rotary, in the rows' order -> (n, H * dh).
+using AttendFn = std::function<torch::Tensor(const BlockImpl::QKV&)>;
+
+// Runs blocks over disjoint row slices that together cover x, with one attention call over
+// all rows between the per-slice projections and the per-slice output projection and
+// feed-forward. Work that does not depend on the block (RMS normalisation, SwiGLU, residuals)
+// runs once over all rows. A dense layer is one slice; a routed depth one slice per expert.
+torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices, const FilmRows* film,
+                         const AttendFn& attend_rows);
+
+// run_slices with attention over a plan (training and prefill): perm / inverse_perm as in attend().
 torch::Tensor run_blocks(const torch::Tensor& x, std::vector<BlockSlice> slices,
                          const Rotary& rotary, const AttentionPlan& plan, const FilmRows* film,
                          const torch::Tensor& perm = {}, const torch::Tensor& inverse_perm = {});

@@ -57,25 +57,14 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
     }
 
     // Order tokens by expert (stable, so each expert's windows stay in flat order).
-    const int64_t L = config_.library_size;
-    std::vector<int64_t> counts(L, 0);
-    for (int64_t t = 0; t < n; ++t) counts[decision.experts[part.token_window[t]]]++;
-    std::vector<int64_t> offsets(L, 0);
-    for (int64_t m = 1; m < L; ++m) offsets[m] = offsets[m - 1] + counts[m - 1];
-    std::vector<int64_t> perm(n), next = offsets;
-    for (int64_t t = 0; t < n; ++t) perm[next[decision.experts[part.token_window[t]]]++] = t;
-    std::vector<int64_t> inverse(n);
-    for (int64_t r = 0; r < n; ++r) inverse[perm[r]] = r;
-    auto perm_t = torch::tensor(perm, torch::kInt64).to(device);
-    auto inverse_t = torch::tensor(inverse, torch::kInt64).to(device);
-
-    std::vector<BlockSlice> slices;
-    for (int64_t m = 0; m < L; ++m)
-      if (counts[m] > 0)
-        slices.push_back({Block(library->ptr<BlockImpl>(m)), offsets[m], counts[m]});
+    std::vector<int64_t> expert_of_token(n);
+    for (int64_t t = 0; t < n; ++t) expert_of_token[t] = decision.experts[part.token_window[t]];
+    const RowGroups groups = group_rows(expert_of_token, blocks());
+    auto perm_t = torch::tensor(groups.perm, torch::kInt64).to(device);
+    auto inverse_t = torch::tensor(groups.inverse, torch::kInt64).to(device);
     FilmRows film = film_rows(l);
     auto xp = x.index_select(0, perm_t);
-    auto yp = run_blocks(xp, slices, rotary.select(perm_t), part.plan, &film, perm_t, inverse_t);
+    auto yp = run_blocks(xp, groups.slices, rotary.select(perm_t), part.plan, &film, perm_t, inverse_t);
     // s = H + alpha * (E(H) - H), alpha per window broadcast to its tokens.
     auto alpha = decision.gates.index_select(0, part.token_window_t.index_select(0, perm_t));
     auto sp = xp + alpha.unsqueeze(1) * (yp - xp);
