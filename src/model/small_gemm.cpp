@@ -14,7 +14,7 @@ namespace {
 
 // Multiply-adds one thread does before a second one is worth waking (measured: see
 // docs/performance.md).
-constexpr int64_t kParallelFlops = 1 << 20;
+constexpr int64_t kParallelFlops = 1 << 15;
 
 #ifdef LOL_SMALL_GEMM
 // Rows [0, M) of x times panels [nb, nb + P): M x P accumulators of 8 columns, each weight

@@ -4,9 +4,11 @@
 // of rows costs more than the product; here the weight is packed once into panels of 8 output
 // columns, (ceil(N/8), K, 8), and register-tiled AVX2+FMA kernels stream it: groups of three
 // panels stay in L1 while the rows pass, and large enough products split the groups over the
-// threads (at::parallel_for). Measured on the development VM (d 256, two threads, weights
-// streamed from L3; docs/performance.md): 1 row 3-4x OpenBLAS, 4-12 rows 2.5-4x, 16-24 rows
-// 1-2x, 32 rows 0.8-1.2x by shape, 64 rows 0.6x; so up to 32 rows.
+// threads (at::parallel_for; from ~32 kFLOP, so even one row is split: with OpenMP workers
+// spinning briefly between regions, waking one costs a microsecond or two). Measured on the
+// development VM (d 256, both on two threads, weights streamed from L3; docs/performance.md):
+// 1 row 5-7x OpenBLAS, 4-12 rows 2.5-5x, 16-24 rows 1.1-1.6x, 32 rows 0.8-1.2x by shape,
+// 64 rows 0.6-1x; so up to 32 rows.
 #include <torch/torch.h>
 
 namespace lol {
