@@ -1,0 +1,53 @@
+// The CPU attention kernel of the decode cache against the generic (matmul + softmax) path.
+#include <random>
+
+#include "helpers.h"
+#include "infer/kv_cache.h"
+#include "util/runtime.h"
+
+namespace lol {
+namespace {
+
+// Rows of different lengths (one router-only), GQA, with and without a band; the fp32 cache
+// runs the CPU kernel, a float64 cache the generic path. Long enough rows that the kernel
+// splits its (row, head) items over two threads, and the split must not change a bit.
+TEST(KVCache, CpuKernelMatchesTheGenericPathOnAnyThreadCount) {
+  const int64_t B = 6, H = 8, Hkv = 4, dh = 64;
+  std::mt19937 rng(11);
+  std::vector<int64_t> lengths;
+  for (int64_t b = 0; b < B; ++b) lengths.push_back(std::uniform_int_distribution<int64_t>(300, 900)(rng));
+  torch::manual_seed(12);
+  std::vector<torch::Tensor> keys, values;
+  for (auto n : lengths) {
+    keys.push_back(torch::randn({n, Hkv, dh}));
+    values.push_back(torch::randn({n, Hkv, dh}));
+  }
+  auto q = torch::randn({B, H, dh}), k = torch::randn({B, Hkv, dh}), v = torch::randn({B, Hkv, dh});
+  std::vector<int64_t> positions = lengths;
+  std::vector<uint8_t> router_only(B, 0);
+  router_only[2] = 1;
+  auto run = [&](torch::ScalarType dtype, int threads, int64_t band) {
+    KVCache cache(B, Hkv, dh, torch::TensorOptions().dtype(dtype));
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<int64_t> pos(lengths[b]);
+      for (int64_t i = 0; i < lengths[b]; ++i) pos[i] = i;
+      cache.append(b, keys[b].to(dtype), values[b].to(dtype), pos);
+    }
+    configure_runtime(threads);
+    auto out = cache.attend(q.to(dtype), k.to(dtype), v.to(dtype), positions, router_only, band);
+    for (int64_t b = 0; b < B; ++b) EXPECT_EQ(cache.length(b), lengths[b] + (router_only[b] ? 0 : 1));
+    return out;
+  };
+  const int before = at::get_num_threads();
+  for (int64_t band : {0, 200}) {
+    auto one = run(torch::kFloat32, 1, band);
+    auto two = run(torch::kFloat32, 2, band);
+    auto reference = run(torch::kFloat64, 1, band);
+    EXPECT_TRUE(torch::equal(one, two)) << "band " << band;
+    EXPECT_LT(testing::max_abs_diff(two, reference), 1e-5) << "band " << band;
+  }
+  configure_runtime(before);
+}
+
+}  // namespace
+}  // namespace lol
