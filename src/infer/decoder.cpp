@@ -235,12 +235,10 @@ DecodeOutput Decoder::prefill(const std::vector<Prompt>& prompts) {
   return out;
 }
 
-torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const std::vector<uint8_t>& router_only,
-                                 std::vector<DecodeRoute>* routes) {
+torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary& rotary,
+                                 const std::vector<uint8_t>& router_only, std::vector<DecodeRoute>* routes) {
   const auto& c = model_->config();
   const int64_t B = batch();
-  auto pos_t = torch::tensor(positions_, torch::kInt64).to(device_);
-  auto rotary = Rotary::at_positions(pos_t, c.head_dim(), c.rope_theta);
   auto attend = [&](const BlockImpl::QKV& qkv, int64_t band) {
     return l.cache->attend(rotary.apply(qkv.q), rotary.apply(qkv.k), qkv.v, positions_, router_only, band);
   };
@@ -365,9 +363,12 @@ DecodeOutput Decoder::step(const std::vector<int64_t>& tokens, const std::vector
   auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   auto t0 = Clock::now();
   auto x = model_->embed->forward(torch::tensor(tokens, torch::kInt64).to(device_));  // (B, d)
+  // Every layer rotates at the same positions this step.
+  const auto rotary =
+      Rotary::at_positions(torch::tensor(positions_, torch::kInt64).to(device_), c.head_dim(), c.rope_theta);
   for (auto& l : layers_) {
     auto t = Clock::now();
-    x = run_layer(*l, x, router_only, &out.routes);
+    x = run_layer(*l, x, rotary, router_only, &out.routes);
     if (l->hook_name == "core_in") stats_.core_seconds += seconds_since(t);
   }
   x = model_->norm->forward(x);

@@ -64,7 +64,8 @@ class Decoder {
 
  private:
   struct Layer;
-  torch::Tensor run_layer(Layer& layer, const torch::Tensor& x, const std::vector<uint8_t>& router_only,
+  torch::Tensor run_layer(Layer& layer, const torch::Tensor& x, const Rotary& rotary,
+                          const std::vector<uint8_t>& router_only,
                           std::vector<DecodeRoute>* routes);
   LanguageModel model_;
   torch::Device device_;

@@ -67,6 +67,29 @@ torch::Tensor KVCache::attend(const torch::Tensor& q, const torch::Tensor& k, co
   const int64_t used = *std::max_element(length_.begin(), length_.end()) + 1;
   reserve(used);
   // Write the new token into slot length[b] of each row; it is visible to itself only.
+  const bool cpu_kernel = k_.device().is_cpu() && k_.scalar_type() == torch::kFloat32 &&
+                          q.scalar_type() == torch::kFloat32 && k.scalar_type() == torch::kFloat32 &&
+                          v.scalar_type() == torch::kFloat32;
+  if (cpu_kernel) {
+    const auto kc = k.contiguous(), vc = v.contiguous();
+    const float* kin = kc.data_ptr<float>();
+    const float* vin = vc.data_ptr<float>();
+    float* kp = k_.data_ptr<float>();
+    float* vp = v_.data_ptr<float>();
+    int64_t* slot_pos = slot_position_.data_ptr<int64_t>();
+    for (int64_t b = 0; b < batch; ++b) {
+      slot_pos[b * capacity_ + length_[b]] = positions[b];
+      for (int64_t h = 0; h < kv_heads_; ++h) {
+        const int64_t at = ((b * kv_heads_ + h) * capacity_ + length_[b]) * head_dim_;
+        std::copy_n(kin + (b * kv_heads_ + h) * head_dim_, head_dim_, kp + at);
+        std::copy_n(vin + (b * kv_heads_ + h) * head_dim_, head_dim_, vp + at);
+      }
+    }
+    auto out = attend_cpu(q.contiguous(), positions, band);
+    for (int64_t b = 0; b < batch; ++b)
+      if (!router_only[b]) ++length_[b];
+    return out;
+  }
   auto rows = torch::arange(batch, torch::kInt64).to(k_.device());
   auto slots = torch::tensor(length_, torch::kInt64).to(k_.device());
   using torch::indexing::Slice;
@@ -74,13 +97,6 @@ torch::Tensor KVCache::attend(const torch::Tensor& q, const torch::Tensor& k, co
   v_.index_put_({rows, Slice(), slots}, v);
   auto position_t = torch::tensor(positions, torch::kInt64).to(k_.device());
   slot_position_.index_put_({rows, slots}, position_t);
-
-  if (k_.device().is_cpu() && k_.scalar_type() == torch::kFloat32 && q.scalar_type() == torch::kFloat32) {
-    auto out = attend_cpu(q.contiguous(), positions, band);
-    for (int64_t b = 0; b < batch; ++b)
-      if (!router_only[b]) ++length_[b];
-    return out;
-  }
   auto keys = k_.narrow(2, 0, used), values = v_.narrow(2, 0, used);  // (B, Hkv, used, dh)
   auto slot_index = torch::arange(used, torch::kInt64).to(k_.device()).unsqueeze(0);  // (1, used)
   auto allowed = slot_index <= slots.unsqueeze(1);  // stored slots and the new token
