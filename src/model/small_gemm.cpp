@@ -88,19 +88,14 @@ torch::Tensor small_gemm(const torch::Tensor& x, const torch::Tensor& panels, in
   const float* pp = panels.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const int64_t ldy = num * 8;
-  // Groups of 3 panels (24 columns) side by side on the threads, once the product is large
-  // enough to repay waking a second thread.
-  constexpr int64_t kGroup = 3;
-  const int64_t groups = (num + kGroup - 1) / kGroup;
-  const int64_t grain = std::max<int64_t>(1, kParallelFlops / (2 * M * K * 8 * kGroup));
-  at::parallel_for(0, groups, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g) {
-      const int64_t nb = g * kGroup;
-      if (nb + kGroup <= num)
-        panel_group<kGroup>(xp, M, K, pp, yp, ldy, nb);
-      else
-        for (int64_t p = nb; p < num; ++p) panel_group<1>(xp, M, K, pp, yp, ldy, p);
-    }
+  // The panels split evenly over the threads once the product is large enough to repay waking
+  // a second one; each thread walks its share three panels (24 columns) at a time.
+  const int64_t grain = std::max<int64_t>(1, kParallelFlops / (2 * M * K * 8));
+  at::parallel_for(0, num, grain, [&](int64_t begin, int64_t end) {
+    int64_t nb = begin;
+    for (; nb + 3 <= end; nb += 3) panel_group<3>(xp, M, K, pp, yp, ldy, nb);
+    if (end - nb == 2) panel_group<2>(xp, M, K, pp, yp, ldy, nb);
+    if (end - nb == 1) panel_group<1>(xp, M, K, pp, yp, ldy, nb);
   });
 #endif
   return num * 8 == n ? y : y.narrow(1, 0, n).contiguous();
