@@ -137,10 +137,13 @@ torch::Tensor BlockImpl::sublayer_input(const torch::Tensor& normalized, const R
   return torch::addcmul(*beta, normalized, norm->weight * *gamma);
 }
 
-BlockImpl::QKV BlockImpl::project_qkv(const torch::Tensor& h) {
-  const int64_t n = h.size(0);
+torch::Tensor BlockImpl::project_qkv(const torch::Tensor& h) {
+  return qkv.apply(h, {attn->q->weight, attn->k->weight, attn->v->weight});
+}
+
+BlockImpl::QKV BlockImpl::split_qkv(const torch::Tensor& fused) const {
+  const int64_t n = fused.size(0);
   const int64_t q_cols = attn->heads * attn->head_dim, kv_cols = attn->kv_heads * attn->head_dim;
-  auto fused = qkv.apply(h, {attn->q->weight, attn->k->weight, attn->v->weight});
   auto parts = fused.split_with_sizes({q_cols, kv_cols, kv_cols}, -1);
   return QKV{parts[0].reshape({n, attn->heads, attn->head_dim}),
              parts[1].reshape({n, attn->kv_heads, attn->head_dim}),
@@ -148,8 +151,9 @@ BlockImpl::QKV BlockImpl::project_qkv(const torch::Tensor& h) {
 }
 
 BlockImpl::QKV BlockImpl::attention_inputs(const torch::Tensor& x, const FilmRows* film) {
-  return project_qkv(sublayer_input(rms_normalize(x, attn_norm->eps), attn_norm,
-                                    film ? &film->attn_gamma : nullptr, film ? &film->attn_beta : nullptr));
+  return split_qkv(project_qkv(sublayer_input(rms_normalize(x, attn_norm->eps), attn_norm,
+                                              film ? &film->attn_gamma : nullptr,
+                                              film ? &film->attn_beta : nullptr)));
 }
 
 RowGroups group_rows(const std::vector<int64_t>& block_of_row, const std::vector<Block>& blocks) {
@@ -184,16 +188,13 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
   const double eps = slices.front().block->attn_norm->eps;
   // Attention sublayer: normalise all rows once, then each slice's norm weight, FiLM and q|k|v.
   auto normalized = rms_normalize(x, eps);
-  std::vector<torch::Tensor> qs, ks, vs;
-  for (auto& s : slices) {
-    auto qkv = s.block->project_qkv(BlockImpl::sublayer_input(normalized.narrow(0, s.offset, s.count),
-                                                              s.block->attn_norm, film ? &film->attn_gamma : nullptr,
-                                                              film ? &film->attn_beta : nullptr));
-    qs.push_back(qkv.q);
-    ks.push_back(qkv.k);
-    vs.push_back(qkv.v);
-  }
-  auto attended = attend_rows(BlockImpl::QKV{cat_rows(qs), cat_rows(ks), cat_rows(vs)});
+  std::vector<torch::Tensor> fused;
+  for (auto& s : slices)
+    fused.push_back(s.block->project_qkv(BlockImpl::sublayer_input(normalized.narrow(0, s.offset, s.count),
+                                                                   s.block->attn_norm,
+                                                                   film ? &film->attn_gamma : nullptr,
+                                                                   film ? &film->attn_beta : nullptr)));
+  auto attended = attend_rows(slices.front().block->split_qkv(cat_rows(fused)));
   std::vector<torch::Tensor> outs;
   for (auto& s : slices) {
     auto& attn = s.block->attn;

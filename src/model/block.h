@@ -89,8 +89,10 @@ struct BlockImpl : torch::nn::Module {
     torch::Tensor q, k, v;
   };
   QKV attention_inputs(const torch::Tensor& x, const FilmRows* film);
-  // The projections alone, of rows already through sublayer_input(attn_norm, ...).
-  QKV project_qkv(const torch::Tensor& h);
+  // The fused q|k|v projection alone, (n, (H + 2 Hkv) dh), of rows already through
+  // sublayer_input(attn_norm, ...), and its split into q, k and v.
+  torch::Tensor project_qkv(const torch::Tensor& h);
+  QKV split_qkv(const torch::Tensor& fused) const;
 
   // A sublayer's normed input from rows already divided by their RMS: h * w, or with FiLM
   // h * (w * gamma) + beta (one fused op). Every path computes it this way, so prefill,
