@@ -43,13 +43,13 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   cmd->add_option("--seq-len", o->seq_lens, "model: comma list of sequence lengths")->capture_default_str();
   cmd->add_option("--mode", o->modes, "model: comma list of train (forward+backward), step (whole optimizer step), forward")
       ->capture_default_str();
-  cmd->add_option("--batch", o->batch, "model: sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", o->batch, "model: sequences per step")->capture_default_str()->check(at_least(1));
   cmd->add_option("--contexts", o->contexts, "decode: comma list of context lengths")->capture_default_str();
   cmd->add_option("--batches", o->batches, "decode: comma list of batch sizes")->capture_default_str();
-  cmd->add_option("--steps", o->steps, "decode: timed steps per measurement")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--puzzles", o->puzzles, "tasks: puzzles per repetition")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--reps", o->reps, "timed repetitions")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", o->warmup, "untimed repetitions first")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--steps", o->steps, "decode: timed steps per measurement")->capture_default_str()->check(at_least(1));
+  cmd->add_option("--puzzles", o->puzzles, "tasks: puzzles per repetition")->capture_default_str()->check(at_least(1));
+  cmd->add_option("--reps", o->reps, "timed repetitions")->capture_default_str()->check(at_least(1));
+  cmd->add_option("--warmup", o->warmup, "untimed repetitions first")->capture_default_str()->check(at_least(0));
   cmd->add_option("--precision", o->precision, "model: auto (bf16 autocast on CUDA, fp32 elsewhere), fp32 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}));

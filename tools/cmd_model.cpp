@@ -58,6 +58,24 @@ ModelConfig ModelFlags::resolve() const {
   return load_model_config(preset, overrides);
 }
 
+CLI::Validator at_least(int64_t minimum) {
+  return CLI::Validator(
+      [minimum](std::string& text) -> std::string {
+        double value = 0;
+        try {
+          size_t used = 0;
+          value = std::stod(text, &used);
+          if (used != text.size()) return "'" + text + "' is not a number";
+        } catch (const std::exception&) {
+          return "'" + text + "' is not a number";
+        }
+        if (value < static_cast<double>(minimum))
+          return "must be >= " + std::to_string(minimum) + ", got " + text;
+        return "";
+      },
+      "NUMBER>=" + std::to_string(minimum));
+}
+
 void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
   cmd->add_option("--config", flags.config_file, "model config JSON file");
   cmd->add_option("--preset", flags.preset, "model preset from configs/ (tiny, maze-cpu, ...)");
@@ -116,7 +134,7 @@ void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>
   cmd->add_option("--model", o->model, "model directory")->required();
   cmd->add_option("--tokens", o->tokens, "token ids, comma-separated")->required();
   cmd->add_option("--prompt-len", o->prompt_len, "prompt window length P (0: none)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_option("--router-only", o->router_only, "router-only positions, comma-separated");
   cmd->add_option("--force", o->force, "forced path JSON (docs/forced-path.md)");
   cmd->add_option("--out", o->out, "output JSON file (docs/forward-json.md)")->required();

@@ -22,7 +22,7 @@ void add_data_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("task", o->task, "sudoku or maze")->required()->check(CLI::IsMember({"sudoku", "maze"}));
-  cmd->add_option("--count", o->count, "puzzles (each gives five sequences)")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--count", o->count, "puzzles (each gives five sequences)")->required()->check(at_least(1));
   cmd->add_option("--seed", o->seed, "generator seed");
   cmd->add_option("--size", o->size, "maze side n (4..12)")->capture_default_str();
   cmd->add_option("--format", o->format, "text (one sequence per line) or shards")

@@ -39,6 +39,10 @@ struct ModelFlags {
 };
 void add_model_flags(CLI::App* cmd, ModelFlags& flags);
 
+// A numeric flag's lower bound, with a plain message ("must be >= 0, got -1") where CLI11's
+// own NonNegativeNumber prints the whole double range.
+CLI::Validator at_least(int64_t minimum);
+
 // "1,2,3" -> {1, 2, 3}; names the flag and the item that is not an integer.
 std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text);
 

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   auto& global = lol::cli::global_options();
   app.add_option("--device", global.device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--threads", global.threads, "compute threads for LibTorch and OpenBLAS (0 = all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(lol::cli::at_least(0));
   std::vector<std::pair<CLI::App*, lol::cli::Runner>> commands;
   lol::cli::add_init_command(app, commands);
   lol::cli::add_forward_command(app, commands);
@@ -29,7 +29,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
+    std::cerr << "lol: error: " << e.what() << " (see --help)\n";
+    return 1;
   }
   try {
     lol::configure_runtime(global.threads);
