@@ -74,6 +74,13 @@ expect_error "overwrite with a bad setting" "lr must be > 0" "$lol" train --pres
 [ -d "$dir/run/checkpoints" ] && pass "bad overwrite keeps the old run" || failed "a rejected --overwrite deleted the old run"
 expect_ok "train from shard" "$lol" train --preset tiny --set vocab_size=160 --data "$dir/sudoku.shard" --steps 2 --train-set seq_len=512 --out "$dir/run3"
 expect_ok "generate task text" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --max-tokens 8
+cp "$dir/out" "$dir/all_at_once.txt"
+expect_ok "generate two at a time" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --max-tokens 8 --batch-size 2 --temperature 1 --seed 4
+expect_ok "generate all at once, sampled" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --max-tokens 8 --batch-size 0 --temperature 1 --seed 4
+cp "$dir/out" "$dir/sampled_all.txt"
+expect_ok "generate one at a time, sampled" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --max-tokens 8 --batch-size 1 --temperature 1 --seed 4
+cmp -s "$dir/out" "$dir/sampled_all.txt" && [ "$(wc -l <"$dir/out")" -eq "$(wc -l <"$dir/questions.txt")" ] && pass "batch size leaves sampled output unchanged" || failed "sampled output depends on --batch-size"
+expect_error "negative batch size" "batch-size: must be >= 0, got -1" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --batch-size -1
 
 if [ "$failures" -ne 0 ]; then echo "$failures CLI checks failed"; exit 1; fi
 echo "all CLI checks passed"

@@ -1,5 +1,6 @@
 // Cached decoding against the full forward pass (SPEC 4.1).
 #include <random>
+#include <set>
 
 #include "helpers.h"
 #include "infer/decoder.h"
@@ -246,6 +247,116 @@ TEST(Decode, GenerationWithRowsFinishingEarlyEqualsGeneratingEachAlone) {
   }
 }
 
+// Sequences admitted into a running batch decode exactly as in a decoder of their own, and
+// the rows already there are undisturbed; admitted caches longer and shorter than the
+// running ones (capacity widened either way).
+TEST(Decode, AdmittedSequencesDecodeAsIfAlone) {
+  for (std::string family : {"lol", "dense", "moe"}) {
+    auto c = testing::tiny_config(family);
+    auto model = make_model(c, 16);
+    std::mt19937 rng(17);
+    auto prompt = [&](int64_t n, int64_t p) { return Prompt{random_tokens(rng, n, c.vocab_size), p, {}}; };
+    const std::vector<Prompt> first = {prompt(3, 1), prompt(5, 0)};
+    const std::vector<Prompt> second = {prompt(21, 3), prompt(2, 0)};
+    const std::vector<Prompt> third = {prompt(4, 2)};
+    Decoder running(model, testing::device()), a(model, testing::device()), b(model, testing::device()),
+        d(model, testing::device());
+    running.prefill(first);
+    a.prefill(first);
+    auto tokens = [&](int64_t i, int64_t n) {
+      std::vector<int64_t> t;
+      for (int64_t r = 0; r < n; ++r) t.push_back((i * 7 + r * 3 + 1) % c.vocab_size);
+      return t;
+    };
+    for (int64_t i = 0; i < 3; ++i) {
+      running.step(tokens(i, 2));
+      a.step(tokens(i, 2));
+    }
+    auto admitted = running.admit(second);
+    auto alone = b.prefill(second);
+    EXPECT_LT(testing::max_abs_diff(admitted.logits, alone.logits), 1e-5) << family;
+    ASSERT_EQ(admitted.routes.size(), alone.routes.size());
+    for (size_t r = 0; r < alone.routes.size(); ++r) EXPECT_EQ(admitted.routes[r].sequence, alone.routes[r].sequence + 2);
+    for (int64_t i = 3; i < 6; ++i) {
+      auto t = tokens(i, 4);
+      auto out = running.step(t);
+      auto oa = a.step({t[0], t[1]});
+      auto ob = b.step({t[2], t[3]});
+      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 0, 2), oa.logits), 1e-5) << family << " step " << i;
+      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 2, 2), ob.logits), 1e-5) << family << " step " << i;
+    }
+    running.admit(third);
+    d.prefill(third);
+    ASSERT_EQ(running.batch(), 5);
+    for (int64_t i = 6; i < 15; ++i) {  // crosses several window boundaries (W 4, S 2)
+      auto t = tokens(i, 5);
+      auto out = running.step(t);
+      auto oa = a.step({t[0], t[1]});
+      auto ob = b.step({t[2], t[3]});
+      auto od = d.step({t[4]});
+      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 0, 2), oa.logits), 1e-5) << family << " step " << i;
+      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 2, 2), ob.logits), 1e-5) << family << " step " << i;
+      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 4, 1), od.logits), 1e-5) << family << " step " << i;
+      size_t expected_routes = oa.routes.size() + ob.routes.size() + od.routes.size();
+      EXPECT_EQ(out.routes.size(), expected_routes) << family << " step " << i;
+    }
+  }
+}
+
+// More prompts than run at once: waiting prompts join as others finish, and every prompt's
+// continuation (tokens, finish reason, routes) is the same for any batch size, greedy or
+// sampled, since each sequence samples from its own generator.
+TEST(Decode, ContinuousBatchingGivesTheSameGenerationsForAnyBatchSize) {
+  auto c = testing::tiny_config();
+  c.max_seq_len = 40;
+  auto model = make_model(c, 18);
+  std::mt19937 rng(19);
+  std::vector<Prompt> prompts;
+  for (int64_t b = 0; b < 7; ++b) {
+    const int64_t n = std::uniform_int_distribution<int64_t>(1, 9)(rng);
+    prompts.push_back({random_tokens(rng, n, c.vocab_size), std::min<int64_t>(n, b % 3), {}});
+  }
+  SamplingOptions greedy;
+  greedy.max_tokens = 30;  // some reach max_seq_len first
+  greedy.stop = [](int64_t sequence, const std::vector<int64_t>& generated) {
+    return static_cast<int64_t>(generated.size()) >= 1 + 6 * ((sequence * 5) % 7);
+  };
+  SamplingOptions sampled = greedy;
+  sampled.temperature = 1.0;
+  sampled.top_k = 6;
+  sampled.seed = 3;
+  for (const auto& options : {greedy, sampled}) {
+    std::vector<std::vector<Generation>> runs;
+    for (int64_t max_batch : {0, 1, 3}) {
+      BatchOptions batching;
+      batching.max_batch = max_batch;
+      std::vector<int64_t> counts;
+      batching.on_finish = [&](int64_t finished) { counts.push_back(finished); };
+      runs.push_back(generate(model, prompts, options, testing::device(), nullptr, batching));
+      EXPECT_EQ(counts, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7})) << "max_batch " << max_batch;
+    }
+    std::set<std::string> reasons;
+    for (size_t run = 1; run < runs.size(); ++run)
+      for (int64_t b = 0; b < 7; ++b) {
+        const auto &x = runs[0][b], &y = runs[run][b];
+        EXPECT_EQ(x.tokens, y.tokens) << "run " << run << " prompt " << b;
+        EXPECT_EQ(x.finish_reason, y.finish_reason) << "run " << run << " prompt " << b;
+        reasons.insert(x.finish_reason);
+        ASSERT_EQ(x.routes.size(), y.routes.size()) << "run " << run << " prompt " << b;
+        for (size_t r = 0; r < x.routes.size(); ++r) {
+          EXPECT_EQ(y.routes[r].sequence, b);
+          EXPECT_EQ(x.routes[r].expert, y.routes[r].expert);
+          EXPECT_EQ(x.routes[r].window, y.routes[r].window);
+          EXPECT_EQ(x.routes[r].position, y.routes[r].position);
+        }
+      }
+    EXPECT_EQ(reasons, (std::set<std::string>{"length", "stop"}));
+  }
+  BatchOptions negative;
+  negative.max_batch = -1;
+  EXPECT_THROW(generate(model, prompts, greedy, testing::device(), nullptr, negative), Error);
+}
+
 TEST(Decode, CoreMemoryIsConstantInContextLength) {
   auto c = testing::tiny_config();
   c.max_seq_len = 1024;
@@ -284,6 +395,11 @@ TEST(Sampling, GreedyTopKTopPAndSeeds) {
   EXPECT_TRUE(seen.count(1));
   EXPECT_FALSE(seen.count(0));
   EXPECT_FALSE(seen.count(3));
+  SamplingOptions limited = top1;  // ids from 2 on do not exist for this caller
+  limited.vocab_limit = 1;
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(sample_token(logits, limited, gen), 0);
+  limited.temperature = 0;
+  EXPECT_EQ(sample_token(logits, limited, gen), 0);
   SamplingOptions hot;
   hot.temperature = 2.0;
   auto g1 = at::detail::createCPUGenerator(5), g2 = at::detail::createCPUGenerator(5);

@@ -8,6 +8,7 @@
 #include "tasks/task.h"
 #include "util/error.h"
 #include "util/files.h"
+#include "util/progress.h"
 
 namespace lol::cli {
 namespace {
@@ -16,7 +17,7 @@ struct GenerateOptions {
   std::string model, prompt, tokens, prompts_file, router_only, force, routes_out, task;
   std::vector<std::string> stop_strings;
   std::vector<int64_t> stop_tokens;
-  int64_t prompt_len = -1, max_tokens = 64, top_k = 0;
+  int64_t prompt_len = -1, max_tokens = 64, top_k = 0, batch_size = 32;
   double temperature = 0, top_p = 1;
   uint64_t seed = 0;
 };
@@ -59,6 +60,10 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
   cmd->add_option("--stop-token", o->stop_tokens, "stop after this token id (repeatable; tasks stop at <eos>)");
   cmd->add_option("--stop", o->stop_strings, "stop when the text ends with this string (repeatable, with --task)");
   cmd->add_option("--routes", o->routes_out, "write every routing decision as JSON lines");
+  cmd->add_option("--batch-size", o->batch_size,
+                  "sequences decoded at once; more prompts wait and join as others finish (0 = all at once)")
+      ->capture_default_str()
+      ->check(at_least(0));
   commands.emplace_back(cmd, [o] {
     const int given = !o->prompt.empty() + !o->tokens.empty() + !o->prompts_file.empty();
     LOL_CHECK(given == 1, "give exactly one of --prompt, --tokens and --prompts");
@@ -109,6 +114,7 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
     sampling.max_tokens = o->max_tokens;
     sampling.stop_tokens = o->stop_tokens;
     if (vocab) {
+      sampling.vocab_limit = vocab->size();  // never an id the task's text cannot show
       sampling.stop_tokens.push_back(vocab->id("<eos>", "stop"));
       if (!o->stop_strings.empty())
         sampling.stop = [&](int64_t, const std::vector<int64_t>& generated) {
@@ -126,7 +132,15 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
       force = ForcedPath::load(o->force);
       force_ptr = &force;
     }
-    auto results = generate(model, prompts, sampling, device, force_ptr);
+    BatchOptions batching;
+    batching.max_batch = o->batch_size;
+    std::unique_ptr<Progress> progress;
+    if (prompts.size() > 1) {
+      progress = std::make_unique<Progress>("generate", static_cast<int64_t>(prompts.size()));
+      batching.on_finish = [&](int64_t finished) { progress->update(finished, "sequences"); };
+    }
+    auto results = generate(model, prompts, sampling, device, force_ptr, batching);
+    if (progress) progress->finish(std::to_string(prompts.size()) + " sequences");
     std::string routes_text;
     for (size_t b = 0; b < results.size(); ++b) {
       const auto& g = results[b];

@@ -324,6 +324,32 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
   return x + l.gate.unsqueeze(1) * (ys.index_select(0, inverse) - x);
 }
 
+DecodeOutput Decoder::admit(const std::vector<Prompt>& prompts) {
+  if (layers_.empty() || batch() == 0) return prefill(prompts);
+  Decoder incoming(model_, device_, force_);
+  auto out = incoming.prefill(prompts);
+  const int64_t offset = batch();
+  auto append = [](std::vector<int64_t>& to, const std::vector<int64_t>& from) {
+    to.insert(to.end(), from.begin(), from.end());
+  };
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = *layers_[i];
+    const Layer& o = *incoming.layers_[i];
+    l.cache->append_rows(*o.cache);
+    append(l.ordinal, o.ordinal);
+    if (l.kind != Layer::Kind::kRouted) continue;
+    append(l.expert, o.expert);
+    append(l.window_count, o.window_count);
+    l.gate = torch::cat({l.gate, o.gate});
+    l.window_sum = torch::cat({l.window_sum, o.window_sum});
+    l.closed_sum = torch::cat({l.closed_sum, o.closed_sum});
+  }
+  append(positions_, incoming.positions_);
+  append(prompt_lens_, incoming.prompt_lens_);
+  for (auto& r : out.routes) r.sequence += offset;
+  return out;
+}
+
 void Decoder::retain(const std::vector<int64_t>& keep) {
   LOL_CHECK(!keep.empty(), "retain needs at least one sequence");
   for (size_t i = 0; i < keep.size(); ++i)

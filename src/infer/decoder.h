@@ -43,6 +43,11 @@ class Decoder {
   // Starts a batch: runs every prompt through the batched training-path forward and builds the
   // state that decoding the prompts token by token would have left.
   DecodeOutput prefill(const std::vector<Prompt>& prompts);
+  // Adds sequences to a running batch (continuous batching): prefills them on their own and
+  // appends their state after the current rows, which they join from the next step. The
+  // returned logits are the new rows'; route sequence indices count from the old batch size.
+  // On a decoder that holds no batch yet it is prefill().
+  DecodeOutput admit(const std::vector<Prompt>& prompts);
   // One token per sequence (router_only: per sequence, empty = none).
   DecodeOutput step(const std::vector<int64_t>& tokens, const std::vector<uint8_t>& router_only = {});
   // Keeps only the sequences `keep` (strictly increasing indices into the current batch);

@@ -6,6 +6,8 @@
 
 #include <ATen/Parallel.h>
 
+#include "util/error.h"
+
 namespace lol {
 
 KVCache::KVCache(int64_t batch, int64_t kv_heads, int64_t head_dim, torch::TensorOptions options)
@@ -52,6 +54,26 @@ void KVCache::retain(const std::vector<int64_t>& keep) {
   std::vector<int64_t> length;
   for (auto r : keep) length.push_back(length_[r]);
   length_ = std::move(length);
+}
+
+void KVCache::append_rows(const KVCache& other) {
+  LOL_CHECK(other.kv_heads_ == kv_heads_ && other.head_dim_ == head_dim_ &&
+                other.k_.scalar_type() == k_.scalar_type() && other.k_.device() == k_.device(),
+            "append_rows: the caches differ in heads, head size, dtype or device");
+  reserve(other.capacity_);
+  const int64_t capacity = capacity_;  // >= other's
+  auto widen = [&](const torch::Tensor& t, int64_t dim) {  // other's slots to this capacity
+    if (other.capacity_ == capacity) return t;
+    auto shape = t.sizes().vec();
+    shape[dim] = capacity;
+    auto wide = torch::zeros(shape, t.options());
+    wide.narrow(dim, 0, other.capacity_).copy_(t);
+    return wide;
+  };
+  k_ = torch::cat({k_, widen(other.k_, 2)}, 0);
+  v_ = torch::cat({v_, widen(other.v_, 2)}, 0);
+  slot_position_ = torch::cat({slot_position_, widen(other.slot_position_, 1)}, 0);
+  length_.insert(length_.end(), other.length_.begin(), other.length_.end());
 }
 
 int64_t KVCache::bytes() const {

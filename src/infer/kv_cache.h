@@ -25,6 +25,9 @@ class KVCache {
   void clear(int64_t row);  // the row's window closed
   // Keeps the rows `keep` (increasing indices), which become rows 0..n-1.
   void retain(const std::vector<int64_t>& keep);
+  // Appends the rows of another cache of the same shape after this one's (admitting new
+  // sequences into a running batch).
+  void append_rows(const KVCache& other);
   int64_t length(int64_t row) const { return length_[row]; }
   int64_t bytes() const;    // bytes of keys and values held (used slots)
 
