@@ -117,14 +117,14 @@ std::vector<Generation> generate(LanguageModel model, const std::vector<Prompt>&
 
   admit(cap);
   while (finished < N) {
-    // Drop finished rows when waiting prompts can take their place, or once they are a quarter
-    // of the batch (one copy of the caches instead of their compute on every later step).
+    // Drop finished rows once they are a quarter of the batch (one copy of the caches instead
+    // of their compute on every later step), and fill their places from the waiting prompts
+    // in one prefill (fewer, larger prefills than admitting each as a row frees).
     std::vector<int64_t> keep;
     for (size_t r = 0; r < rows.size(); ++r)
       if (!done[rows[r]]) keep.push_back(static_cast<int64_t>(r));
-    const bool waiting = admitted < N;
     const size_t dropped = rows.size() - keep.size();
-    if (dropped > 0 && (waiting || dropped * 4 >= rows.size())) {
+    if (dropped > 0 && dropped * 4 >= rows.size()) {
       if (keep.empty()) {
         decoder = std::make_unique<Decoder>(model, device, force);
       } else {
@@ -137,10 +137,10 @@ std::vector<Generation> generate(LanguageModel model, const std::vector<Prompt>&
       }
       rows = std::move(kept_rows);
       next = std::move(kept_next);
-    }
-    if (waiting && static_cast<int64_t>(rows.size()) < cap) {
-      admit(std::min(cap - static_cast<int64_t>(rows.size()), N - admitted));
-      continue;  // the new rows may have finished on their first token
+      if (admitted < N) {
+        admit(std::min(cap - static_cast<int64_t>(rows.size()), N - admitted));
+        continue;  // the new rows may have finished on their first token
+      }
     }
     auto out = decoder->step(next);
     for (auto r : out.routes) {
