@@ -66,8 +66,7 @@ std::vector<Generation> generate(LanguageModel model, const std::vector<Prompt>&
   const int64_t limit = model->config().max_seq_len;
   std::vector<Generation> gens(N);
   std::vector<uint8_t> done(N, 0);
-  std::vector<torch::Generator> generators;
-  for (int64_t b = 0; b < N; ++b) generators.push_back(sequence_generator(options.seed, b));
+  std::vector<torch::Generator> generators(N);  // made on admission, freed on finishing
   int64_t finished = 0, admitted = 0;
   auto decoder = std::make_unique<Decoder>(model, device, force);
   // The decoder's rows: rows[r] is the prompt decoder row r continues, next[r] the token it is
@@ -76,6 +75,7 @@ std::vector<Generation> generate(LanguageModel model, const std::vector<Prompt>&
   auto finish = [&](int64_t b, const char* reason) {
     gens[b].finish_reason = reason;
     done[b] = 1;
+    generators[b] = torch::Generator();
     ++finished;
     if (batching.on_finish) batching.on_finish(finished);
   };
@@ -100,6 +100,7 @@ std::vector<Generation> generate(LanguageModel model, const std::vector<Prompt>&
     for (int64_t i = 0; i < count; ++i) {
       rows.push_back(admitted + i);
       next.push_back(0);
+      generators[admitted + i] = sequence_generator(options.seed, admitted + i);
     }
     admitted += count;
     auto out = decoder->admit(batch);
