@@ -4,6 +4,8 @@
 #include <cmath>
 #include <map>
 
+#include "model/cpu_fast.h"
+
 namespace lol {
 namespace {
 
@@ -87,6 +89,7 @@ Rotary Rotary::select(const torch::Tensor& rows) const {
 }
 
 torch::Tensor Rotary::apply(const torch::Tensor& x) const {
+  if (rotary_fast_path(x, cos, sin)) return rotary_cpu(x, cos, sin);
   const int64_t half = x.size(-1) / 2;
   auto x1 = x.narrow(-1, 0, half);
   auto x2 = x.narrow(-1, half, half);

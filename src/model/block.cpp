@@ -2,11 +2,13 @@
 
 #include <algorithm>
 
+#include "model/cpu_fast.h"
 #include "model/small_gemm.h"
 
 namespace lol {
 
 torch::Tensor rms_normalize(const torch::Tensor& x, double eps) {
+  if (cpu_fast_path({&x})) return rms_normalize_cpu(x, eps);
   return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
 }
 
@@ -133,6 +135,8 @@ BlockImpl::BlockImpl(const ModelConfig& c, bool use_moe) {
 
 torch::Tensor BlockImpl::sublayer_input(const torch::Tensor& normalized, const RMSNorm& norm,
                                         const torch::Tensor* gamma, const torch::Tensor* beta) {
+  if (cpu_fast_path({&normalized, &norm->weight, gamma, beta}))
+    return scale_shift_cpu(normalized, norm->weight, gamma, beta);
   if (!gamma) return normalized * norm->weight;
   return torch::addcmul(*beta, normalized, norm->weight * *gamma);
 }

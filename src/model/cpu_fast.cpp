@@ -1,0 +1,97 @@
+#include "model/cpu_fast.h"
+
+#include <cmath>
+
+#include <ATen/Parallel.h>
+
+namespace lol {
+namespace {
+// Rows per thread chunk: a decode step's few rows stay on the calling thread.
+constexpr int64_t kRowGrain = 64;
+}  // namespace
+
+bool cpu_fast_path(std::initializer_list<const torch::Tensor*> tensors) {
+  if (torch::GradMode::is_enabled()) return false;
+  for (const auto* t : tensors)
+    if (t && (!t->device().is_cpu() || t->scalar_type() != torch::kFloat32 || !t->is_contiguous())) return false;
+  return true;
+}
+
+bool rotary_fast_path(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return cpu_fast_path({&cos, &sin}) && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
+         x.dim() == 3 && x.stride(2) == 1 && x.size(2) % 2 == 0;
+}
+
+torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps) {
+  const int64_t d = x.size(-1), n = x.numel() / d;
+  auto y = torch::empty_like(x);
+  const float* xp = x.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = xp + r * d;
+      float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight sums so the loop vectorises
+      int64_t i = 0;
+      for (; i + 8 <= d; i += 8)
+        for (int j = 0; j < 8; ++j) partial[j] += row[i + j] * row[i + j];
+      float sum = 0;
+      for (int j = 0; j < 8; ++j) sum += partial[j];
+      for (; i < d; ++i) sum += row[i] * row[i];
+      const float inv = 1.0f / std::sqrt(sum / static_cast<float>(d) + static_cast<float>(eps));
+      float* out = yp + r * d;
+      for (int64_t k = 0; k < d; ++k) out[k] = row[k] * inv;
+    }
+  });
+  return y;
+}
+
+torch::Tensor scale_shift_cpu(const torch::Tensor& x, const torch::Tensor& scale, const torch::Tensor* gamma,
+                              const torch::Tensor* beta) {
+  const int64_t d = x.size(-1), n = x.numel() / d;
+  auto y = torch::empty_like(x);
+  const float* xp = x.data_ptr<float>();
+  const float* wp = scale.data_ptr<float>();
+  const float* gp = gamma ? gamma->data_ptr<float>() : nullptr;
+  const float* bp = beta ? beta->data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = xp + r * d;
+      float* out = yp + r * d;
+      if (gp)
+        for (int64_t k = 0; k < d; ++k) out[k] = row[k] * (wp[k] * gp[k]) + (bp ? bp[k] : 0.0f);
+      else
+        for (int64_t k = 0; k < d; ++k) out[k] = row[k] * wp[k] + (bp ? bp[k] : 0.0f);
+    }
+  });
+  return y;
+}
+
+torch::Tensor rotary_cpu(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t n = x.size(0), heads = x.size(1), dh = x.size(2), half = dh / 2;
+  const int64_t row_stride = x.stride(0), head_stride = x.stride(1);  // q, k: views of a fused q|k|v
+  auto y = torch::empty({n, heads, dh}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* c = cp + r * half;
+      const float* s = sp + r * half;
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* x1 = xp + r * row_stride + h * head_stride;
+        const float* x2 = x1 + half;
+        float* y1 = yp + (r * heads + h) * dh;
+        float* y2 = y1 + half;
+        for (int64_t k = 0; k < half; ++k) {
+          y1[k] = x1[k] * c[k] - x2[k] * s[k];
+          y2[k] = x2[k] * c[k] + x1[k] * s[k];
+        }
+      }
+    }
+  });
+  return y;
+}
+
+}  // namespace lol

@@ -1,0 +1,26 @@
+#pragma once
+// Fused CPU loops for inference. A decode step works on a few rows, where each LibTorch op
+// costs more in dispatch than in arithmetic: RMS normalisation is five ops, a rotary
+// rotation a dozen. Without gradients, on contiguous fp32 CPU tensors, these loops do the
+// same arithmetic in one pass (rows split over the threads when there are many, as in
+// prefill); otherwise callers use the LibTorch expressions, which autograd and other devices
+// need. Results agree with those expressions to float rounding.
+#include <torch/torch.h>
+
+namespace lol {
+
+// Whether every tensor given may take the fused CPU path (no grad mode, CPU, fp32, contiguous).
+bool cpu_fast_path(std::initializer_list<const torch::Tensor*> tensors);
+
+// x (n, d) -> x / sqrt(mean(x^2) + eps), row by row.
+torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps);
+// x (n, d) * scale (d) [* gamma (d)] [+ beta (d)]: a norm's weight and FiLM in one pass.
+torch::Tensor scale_shift_cpu(const torch::Tensor& x, const torch::Tensor& scale, const torch::Tensor* gamma,
+                              const torch::Tensor* beta);
+// Rotary rotation of x (n, heads, dh) by cos/sin (n, dh/2): halves (x1, x2) ->
+// (x1 c - x2 s, x2 c + x1 s). x may be a strided view whose last dimension is contiguous
+// (q or k cut from a fused q|k|v); the result is contiguous.
+bool rotary_fast_path(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+torch::Tensor rotary_cpu(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+}  // namespace lol
