@@ -21,7 +21,7 @@ std::pair<torch::Tensor, torch::Tensor> both_paths(F f) {
   return {slow, f()};
 }
 
-TEST(CpuFast, NormScaleShiftAndRotaryMatchTheLibTorchExpressions) {
+TEST(CpuFast, NormScaleShiftSwigluAndRotaryMatchTheLibTorchExpressions) {
   torch::manual_seed(21);
   const int before = at::get_num_threads();
   configure_runtime(2);  // 300 rows: split over the threads as in prefill
@@ -37,6 +37,9 @@ TEST(CpuFast, NormScaleShiftAndRotaryMatchTheLibTorchExpressions) {
     EXPECT_LT(testing::max_abs_diff(slow_film, fast_film), 1e-5) << "n " << n;
     auto [slow_plain, fast_plain] = both_paths([&] { return BlockImpl::sublayer_input(slow_norm, norm, nullptr, nullptr); });
     EXPECT_LT(testing::max_abs_diff(slow_plain, fast_plain), 1e-5) << "n " << n;
+    auto gate_up = torch::randn({n, 2 * 24}) * 4;
+    auto [slow_glu, fast_glu] = both_paths([&] { return swiglu(gate_up); });
+    EXPECT_LT(testing::max_abs_diff(slow_glu, fast_glu), 1e-5) << "n " << n;
     // q cut from a fused q|k|v, as the blocks do: a strided view.
     auto fused = torch::randn({n, 3 * 4 * 16});
     auto q = fused.narrow(1, 0, 4 * 16).reshape({n, 4, 16});

@@ -79,11 +79,20 @@ torch::Tensor Projection::weight(const std::vector<torch::Tensor>& parts) {
   return cached_;
 }
 
+namespace {
+constexpr int64_t kSwigluFastValues = 16384;  // gate and up values: ~11 rows at F 704
+}  // namespace
+
+torch::Tensor swiglu(const torch::Tensor& both) {
+  // The fused loop's exp is scalar; LibTorch's vectorised one wins from a few thousand values.
+  if (both.numel() <= kSwigluFastValues && cpu_fast_path({&both})) return swiglu_cpu(both);
+  const int64_t hidden = both.size(-1) / 2;
+  return torch::silu(both.narrow(-1, 0, hidden)) * both.narrow(-1, hidden, hidden);
+}
+
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
   // gate and up in one GEMM: (n, d) x (d, 2F)
-  auto both = gate_up.apply(x, {gate->weight, up->weight});
-  auto parts = both.chunk(2, -1);
-  return down_proj.apply(torch::silu(parts[0]) * parts[1], {down->weight});
+  return down_proj.apply(swiglu(gate_up.apply(x, {gate->weight, up->weight})), {down->weight});
 }
 
 MoeFeedForwardImpl::MoeFeedForwardImpl(const ModelConfig& c) : top_k(c.moe_top_k) {
@@ -185,6 +194,10 @@ namespace {
 torch::Tensor cat_rows(std::vector<torch::Tensor>& parts) {
   return parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
 }
+// The slice's rows of t (t itself when the slice is all of it: a decode step counts its ops).
+torch::Tensor slice_rows(const torch::Tensor& t, const BlockSlice& s) {
+  return s.offset == 0 && s.count == t.size(0) ? t : t.narrow(0, s.offset, s.count);
+}
 }  // namespace
 
 torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices, const FilmRows* film,
@@ -194,7 +207,7 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
   auto normalized = rms_normalize(x, eps);
   std::vector<torch::Tensor> fused;
   for (auto& s : slices)
-    fused.push_back(s.block->project_qkv(BlockImpl::sublayer_input(normalized.narrow(0, s.offset, s.count),
+    fused.push_back(s.block->project_qkv(BlockImpl::sublayer_input(slice_rows(normalized, s),
                                                                    s.block->attn_norm,
                                                                    film ? &film->attn_gamma : nullptr,
                                                                    film ? &film->attn_beta : nullptr)));
@@ -202,7 +215,7 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
   std::vector<torch::Tensor> outs;
   for (auto& s : slices) {
     auto& attn = s.block->attn;
-    outs.push_back(s.block->out_proj.apply(attended.narrow(0, s.offset, s.count), {attn->o->weight}));
+    outs.push_back(s.block->out_proj.apply(slice_rows(attended, s), {attn->o->weight}));
   }
   auto a = x + cat_rows(outs);
   // Feed-forward sublayer, SwiGLU's gate over all rows at once between the slices' products.
@@ -210,7 +223,7 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
   std::vector<torch::Tensor> inputs;
   bool any_moe = false;
   for (auto& s : slices) {
-    inputs.push_back(BlockImpl::sublayer_input(normalized.narrow(0, s.offset, s.count), s.block->ffn_norm,
+    inputs.push_back(BlockImpl::sublayer_input(slice_rows(normalized, s), s.block->ffn_norm,
                                                film ? &film->ffn_gamma : nullptr, film ? &film->ffn_beta : nullptr));
     any_moe = any_moe || s.block->moe;
   }
@@ -227,12 +240,10 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
     auto& f = slices[i].block->ffn;
     gate_up.push_back(f->gate_up.apply(inputs[i], {f->gate->weight, f->up->weight}));
   }
-  auto both = cat_rows(gate_up);
-  const int64_t hidden = both.size(1) / 2;
-  auto hidden_act = torch::silu(both.narrow(1, 0, hidden)) * both.narrow(1, hidden, hidden);
+  auto hidden_act = swiglu(cat_rows(gate_up));
   for (auto& s : slices) {
     auto& f = s.block->ffn;
-    ffn_out.push_back(f->down_proj.apply(hidden_act.narrow(0, s.offset, s.count), {f->down->weight}));
+    ffn_out.push_back(f->down_proj.apply(slice_rows(hidden_act, s), {f->down->weight}));
   }
   return a + cat_rows(ffn_out);
 }

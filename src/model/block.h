@@ -24,6 +24,9 @@ TORCH_MODULE(RMSNorm);
 // x / sqrt(mean(x^2) + eps), without the learned weight.
 torch::Tensor rms_normalize(const torch::Tensor& x, double eps);
 
+// silu(gate) * up of a fused gate|up product (n, 2F) -> (n, F).
+torch::Tensor swiglu(const torch::Tensor& both);
+
 // Depth-dependent scale and shift after a core norm: gamma[l] * x + beta[l] (SPEC 1.1).
 struct FilmImpl : torch::nn::Module {
   FilmImpl(int64_t depth, int64_t dim);

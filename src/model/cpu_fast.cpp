@@ -17,6 +17,22 @@ bool cpu_fast_path(std::initializer_list<const torch::Tensor*> tensors) {
   return true;
 }
 
+torch::Tensor swiglu_cpu(const torch::Tensor& both) {
+  const int64_t n = both.size(0), hidden = both.size(1) / 2;
+  auto y = torch::empty({n, hidden}, both.options());
+  const float* bp = both.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* gate = bp + r * 2 * hidden;
+      const float* up = gate + hidden;
+      float* out = yp + r * hidden;
+      for (int64_t k = 0; k < hidden; ++k) out[k] = gate[k] / (1.0f + std::exp(-gate[k])) * up[k];
+    }
+  });
+  return y;
+}
+
 bool rotary_fast_path(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   return cpu_fast_path({&cos, &sin}) && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
          x.dim() == 3 && x.stride(2) == 1 && x.size(2) % 2 == 0;

@@ -17,6 +17,8 @@ torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps);
 // x (n, d) * scale (d) [* gamma (d)] [+ beta (d)]: a norm's weight and FiLM in one pass.
 torch::Tensor scale_shift_cpu(const torch::Tensor& x, const torch::Tensor& scale, const torch::Tensor* gamma,
                               const torch::Tensor* beta);
+// SwiGLU of a fused gate|up product (n, 2F) -> silu(gate) * up (n, F).
+torch::Tensor swiglu_cpu(const torch::Tensor& both);
 // Rotary rotation of x (n, heads, dh) by cos/sin (n, dh/2): halves (x1, x2) ->
 // (x1 c - x2 s, x2 c + x1 s). x may be a strided view whose last dimension is contiguous
 // (q or k cut from a fused q|k|v); the result is contiguous.
