@@ -5,6 +5,7 @@
 #include "../tools/commands.h"
 #include "bench_util.h"
 #include "suites.h"
+#include "train/precision.h"
 #include "util/error.h"
 
 namespace lol::cli {
@@ -52,7 +53,7 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   cmd->add_option("--warmup", o->warmup, "untimed repetitions first")->capture_default_str()->check(at_least(0));
   cmd->add_option("--precision", o->precision, "model: auto (bf16 autocast on CUDA, fp32 elsewhere), fp32 or bf16")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
+      ->check(CLI::IsMember(precision_names()));
   cmd->add_option("-o,--output", o->output, "md | csv | json")->capture_default_str()->check(CLI::IsMember({"md", "csv", "json"}));
   commands.emplace_back(cmd, [o] {
     if (o->suite == "tasks") {

@@ -47,6 +47,11 @@ at::ScalarType autocast_dtype(torch::DeviceType type) {
 
 }  // namespace
 
+const std::vector<std::string>& precision_names() {
+  static const std::vector<std::string> names = {"auto", "fp32", "bf16"};
+  return names;
+}
+
 bool uses_bf16_autocast(const std::string& precision, torch::Device device) {
   return precision == "bf16" || (precision == "auto" && device.is_cuda());
 }

@@ -3,10 +3,14 @@
 // loss). `precision` is auto (bf16 on CUDA, fp32 elsewhere), fp32, or bf16 (on any device:
 // CPU autocast covers the matrix products, which is how CI exercises this path).
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
 namespace lol {
+
+// The precision settings, in the order help texts list them: auto, fp32, bf16.
+const std::vector<std::string>& precision_names();
 
 // Whether `precision` (auto | fp32 | bf16) means bf16 autocast on `device`.
 bool uses_bf16_autocast(const std::string& precision, torch::Device device);

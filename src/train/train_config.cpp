@@ -1,6 +1,9 @@
 #include "train/train_config.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "train/precision.h"
 
 namespace lol {
 
@@ -58,7 +61,8 @@ void TrainConfig::validate() const {
   LOL_CHECK(grow_start_depth >= 0, "grow_start_depth must be >= 0, got ", grow_start_depth);
   LOL_CHECK(grow_fraction > 0 && grow_fraction <= 1, "grow_fraction must be in (0, 1], got ", grow_fraction);
   LOL_CHECK(grow_shape == "sqrt" || grow_shape == "linear", "grow_shape must be sqrt or linear, got '", grow_shape, "'");
-  LOL_CHECK(precision == "auto" || precision == "fp32" || precision == "bf16",
+  const auto& names = precision_names();
+  LOL_CHECK(std::find(names.begin(), names.end(), precision) != names.end(),
             "precision must be auto, fp32 or bf16, got '", precision, "'");
   LOL_CHECK(eval_every >= 0 && eval_batches > 0 && log_every > 0 && checkpoint_every >= 0 && keep_checkpoints > 0,
             "eval_every and checkpoint_every must be >= 0; eval_batches, log_every and keep_checkpoints > 0");
