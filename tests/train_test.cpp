@@ -275,6 +275,23 @@ TEST(Precision, Bf16AutocastTrainingLearnsWithFp32Weights) {
 
 // On the CPU, where SPEC promises bit-identical resumption (CUDA kernels with atomics are not
 // deterministic).
+// Two runs of the same config give the same losses whatever the process's generator held
+// before (LibTorch seeds it differently in every process; router noise draws from it).
+TEST(Training, TheSameConfigGivesTheSameRun) {
+  auto config = small_run();
+  config.steps = 4;
+  std::vector<std::vector<double>> losses(2);
+  for (int run = 0; run < 2; ++run) {
+    torch::manual_seed(100 + run);
+    LanguageModel model(train_model_config("lol"));
+    model->initialize(2);
+    Trainer trainer(model, config, temp_dir("same_" + std::to_string(run)).string(), torch::kCPU);
+    trainer.run({}, [&](const StepMetrics& m) { losses[run].push_back(m.loss); });
+  }
+  ASSERT_EQ(losses[0].size(), 4u);
+  EXPECT_EQ(losses[0], losses[1]);
+}
+
 TEST(Training, KillAndResumeGivesTheSameLossSequence) {
   auto config = small_run();
   config.steps = 10;

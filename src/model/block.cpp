@@ -147,7 +147,7 @@ torch::Tensor BlockImpl::sublayer_input(const torch::Tensor& normalized, const R
   if (cpu_fast_path({&normalized, &norm->weight, gamma, beta}))
     return scale_shift_cpu(normalized, norm->weight, gamma, beta);
   if (!gamma) return normalized * norm->weight;
-  return torch::addcmul(*beta, normalized, norm->weight * *gamma);
+  return normalized * norm->weight * *gamma + *beta;
 }
 
 torch::Tensor BlockImpl::project_qkv(const torch::Tensor& h) {

@@ -98,8 +98,8 @@ struct BlockImpl : torch::nn::Module {
   QKV split_qkv(const torch::Tensor& fused) const;
 
   // A sublayer's normed input from rows already divided by their RMS: h * w, or with FiLM
-  // h * (w * gamma) + beta (one fused op). Every path computes it this way, so prefill,
-  // decoding and training round alike.
+  // (h * w) * gamma + beta. Every path computes it this way, so prefill, decoding and
+  // training round alike.
   static torch::Tensor sublayer_input(const torch::Tensor& normalized, const RMSNorm& norm,
                                       const torch::Tensor* gamma, const torch::Tensor* beta);
 

@@ -75,7 +75,7 @@ torch::Tensor scale_shift_cpu(const torch::Tensor& x, const torch::Tensor& scale
       const float* row = xp + r * d;
       float* out = yp + r * d;
       if (gp)
-        for (int64_t k = 0; k < d; ++k) out[k] = row[k] * (wp[k] * gp[k]) + (bp ? bp[k] : 0.0f);
+        for (int64_t k = 0; k < d; ++k) out[k] = row[k] * wp[k] * gp[k] + (bp ? bp[k] : 0.0f);
       else
         for (int64_t k = 0; k < d; ++k) out[k] = row[k] * wp[k] + (bp ? bp[k] : 0.0f);
     }

@@ -40,6 +40,14 @@ Trainer::Trainer(LanguageModel model, TrainConfig config, std::string run_dir, t
     : model_(std::move(model)), config_(std::move(config)), run_dir_(std::move(run_dir)), device_(device) {
   config_.validate();
   model_->to(device_);
+  // The run's randomness (router noise) comes from the CPU generator, which LibTorch seeds
+  // differently in every process: seed it from the config so the same command gives the same
+  // run (a resume then restores the saved state over this).
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_current_seed(config_.seed);
+  }
   source_ = open_source(config_.data, config_.seed, 0);
   LOL_CHECK(source_->vocab_size() <= model_->config().vocab_size, "data '", config_.data,
             "' uses ", source_->vocab_size(), " token ids but the model's vocab_size is ",
