@@ -6,6 +6,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "model/cpu_fast.h"
 #include "util/error.h"
 
 namespace lol {
@@ -154,16 +155,7 @@ void attend_head(const float* q, const float* keys, const float* values, const i
       scores[t] = -std::numeric_limits<float>::infinity();
       continue;
     }
-    // Eight running sums, so the loop vectorises without reassociating one reduction.
-    const float* k = keys + t * dh;
-    float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= dh; i += 8)
-      for (int j = 0; j < 8; ++j) partial[j] += q[i + j] * k[i + j];
-    float total = 0;
-    for (int j = 0; j < 8; ++j) total += partial[j];
-    for (; i < dh; ++i) total += q[i] * k[i];
-    scores[t] = total * scale;
+    scores[t] = dot(q, keys + t * dh, dh) * scale;
     best = std::max(best, scores[t]);
   }
   float total = 0;

@@ -46,13 +46,7 @@ torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps) {
   at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = xp + r * d;
-      float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight sums so the loop vectorises
-      int64_t i = 0;
-      for (; i + 8 <= d; i += 8)
-        for (int j = 0; j < 8; ++j) partial[j] += row[i + j] * row[i + j];
-      float sum = 0;
-      for (int j = 0; j < 8; ++j) sum += partial[j];
-      for (; i < d; ++i) sum += row[i] * row[i];
+      const float sum = dot(row, row, d);
       const float inv = 1.0f / std::sqrt(sum / static_cast<float>(d) + static_cast<float>(eps));
       float* out = yp + r * d;
       for (int64_t k = 0; k < d; ++k) out[k] = row[k] * inv;
