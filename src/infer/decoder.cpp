@@ -355,11 +355,7 @@ void Decoder::retain(const std::vector<int64_t>& keep) {
   for (size_t i = 0; i < keep.size(); ++i)
     LOL_CHECK(keep[i] >= 0 && keep[i] < batch() && (i == 0 || keep[i] > keep[i - 1]),
               "retain: sequence indices must be increasing and within the batch of ", batch());
-  auto pick = [&](std::vector<int64_t>& v) {
-    std::vector<int64_t> out;
-    for (auto r : keep) out.push_back(v[r]);
-    v = std::move(out);
-  };
+  auto pick = [&](std::vector<int64_t>& v) { v = kept_rows(v, keep); };
   pick(positions_);
   pick(prompt_lens_);
   auto idx = torch::tensor(keep, torch::kInt64).to(device_);

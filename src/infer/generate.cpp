@@ -131,13 +131,8 @@ std::vector<Generation> generate(LanguageModel model, const std::vector<Prompt>&
       } else {
         decoder->retain(keep);
       }
-      std::vector<int64_t> kept_rows, kept_next;
-      for (auto r : keep) {
-        kept_rows.push_back(rows[r]);
-        kept_next.push_back(next[r]);
-      }
-      rows = std::move(kept_rows);
-      next = std::move(kept_next);
+      rows = kept_rows(rows, keep);
+      next = kept_rows(next, keep);
       if (admitted < N) {
         admit(std::min(cap - static_cast<int64_t>(rows.size()), N - admitted));
         continue;  // the new rows may have finished on their first token

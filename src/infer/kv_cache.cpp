@@ -52,9 +52,7 @@ void KVCache::retain(const std::vector<int64_t>& keep) {
   k_ = k_.index_select(0, idx);
   v_ = v_.index_select(0, idx);
   slot_position_ = slot_position_.index_select(0, idx);
-  std::vector<int64_t> length;
-  for (auto r : keep) length.push_back(length_[r]);
-  length_ = std::move(length);
+  length_ = kept_rows(length_, keep);
 }
 
 void KVCache::append_rows(const KVCache& other) {

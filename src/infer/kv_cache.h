@@ -9,6 +9,16 @@
 
 namespace lol {
 
+// The entries of the rows kept, v[keep[0]], v[keep[1]], ... (retain() of the caches, the
+// decoder and generation's row bookkeeping).
+template <typename T>
+std::vector<T> kept_rows(const std::vector<T>& v, const std::vector<int64_t>& keep) {
+  std::vector<T> out;
+  out.reserve(keep.size());
+  for (auto r : keep) out.push_back(v[r]);
+  return out;
+}
+
 class KVCache {
  public:
   KVCache(int64_t batch, int64_t kv_heads, int64_t head_dim, torch::TensorOptions options);
