@@ -68,6 +68,21 @@ expect_error "task truncated line" "line 1: truncated" bash -c "'$lol' task scor
 # Training: a few steps, an exact resume, and data from a shard.
 expect_ok "train" "$lol" train --preset tiny --set vocab_size=160 --data task:maze:5 --steps 4 --train-set seq_len=128 --train-set checkpoint_every=2 --out "$dir/run"
 expect_ok "train resume (finished run)" "$lol" train --resume "$dir/run"
+# A real SIGINT mid-run, then --resume: the losses equal an uninterrupted run's, step for step.
+small_run=(--preset tiny --set vocab_size=160 --data task:maze:5 --steps 24 --train-set seq_len=128
+           --train-set eval_every=0 --train-set checkpoint_every=1000 --train-set log_every=1)
+"$lol" train "${small_run[@]}" --out "$dir/straight" >/dev/null 2>&1
+"$lol" train "${small_run[@]}" --out "$dir/interrupted" >/dev/null 2>"$dir/int.log" &
+pid=$!
+for _ in $(seq 1 3000); do grep -q "train 6/24" "$dir/int.log" 2>/dev/null && break; sleep 0.01; done
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+grep -q "interrupted at step" "$dir/int.log" && [ "$rc" -eq 0 ] && pass "SIGINT saves and exits 0" || failed "SIGINT: exit $rc, $(tail -1 "$dir/int.log")"
+expect_ok "resume after SIGINT" "$lol" train --resume "$dir/interrupted"
+losses() { grep -o '"loss":[^,]*' "$1/metrics.jsonl"; }
+[ "$(losses "$dir/straight" | wc -l)" -eq 24 ] && [ "$(losses "$dir/straight")" = "$(losses "$dir/interrupted")" ] &&
+  pass "losses after SIGINT + resume equal the uninterrupted run" || failed "losses after SIGINT + resume differ"
 expect_error "train over a run" "already holds a run" "$lol" train --preset tiny --steps 2 --out "$dir/run"
 expect_error "train bad setting" "optimizer must be muon or adamw" "$lol" train --preset tiny --train-set optimizer=sgd --out "$dir/run2"
 expect_error "overwrite with a bad setting" "lr must be > 0" "$lol" train --preset tiny --train-set lr=0 --overwrite --out "$dir/run"

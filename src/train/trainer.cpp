@@ -94,7 +94,12 @@ StepMetrics Trainer::train_step() {
     loss_tokens += micro.back().loss_tokens;
     tokens += micro.back().tokens;
   }
-  model_->zero_grad();
+  // Gradients are reset to none, not to zero: a parameter the step does not reach (an expert no
+  // window chose, FiLM rows beyond the grown depth) then has no gradient, and the optimizers
+  // leave it and its moments alone. Zeroed gradients would make that depend on whether the
+  // parameter was reached at some earlier step of this process, which a resumed process cannot
+  // know (LibTorch 1.13 zeroes by default, 2.x sets to none).
+  model_->zero_grad(/*set_to_none=*/true);
   LoadCounter loads;
   double loss_sum = 0;
   ForwardOptions options;
