@@ -1,7 +1,8 @@
 // lol bench: llama-bench style measurements, separate from the tests. Comma-separated options
 // expand into all combinations; each is repeated and reported with its spread, and the header
 // stamps the commit, the BLAS, the thread counts (and, for the model suite, the machine's
-// measured matmul peak in the precision used). Suites: model (training), decode (inference), tasks (data).
+// measured matmul peak in the precision used). Suites: model (training), decode (inference), tasks
+// (data).
 #include "../tools/commands.h"
 #include "bench_util.h"
 #include "suites.h"
@@ -27,34 +28,57 @@ std::vector<int64_t> positive_list(const std::string& flag, const std::string& t
 void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
   auto* cmd = app.add_subcommand("bench", "throughput, latency and FLOPs utilisation (not a test)");
   struct Opts {
-    std::string suite = "model", preset = "maze-cpu", families = "dense,lol", seq_lens = "512", modes = "train,step";
-    std::string contexts = "128,512,1024,4096", batches = "1,8,32", output = "md", precision = "auto";
+    std::string suite = "model", preset = "maze-cpu", families = "dense,lol", seq_lens = "512",
+                modes = "train,step";
+    std::string contexts = "128,512,1024,4096", batches = "1,8,32", output = "md",
+                precision = "auto";
     std::vector<std::string> overrides;
     int64_t batch = 8, puzzles = 200;
     int reps = 5, warmup = 1, steps = 16;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--suite", o->suite, "model (training throughput), decode (inference) or tasks (data generation)")
+  cmd->add_option("--suite", o->suite,
+                  "model (training throughput), decode (inference) or tasks (data generation)")
       ->capture_default_str()
       ->check(CLI::IsMember({"model", "decode", "tasks"}));
-  cmd->add_option("--preset", o->preset, "model shape (preset name or config file)")->capture_default_str();
+  cmd->add_option("--preset", o->preset, "model shape (preset name or config file)")
+      ->capture_default_str();
   cmd->add_option("--set", o->overrides, "override a config key of the preset");
-  cmd->add_option("--families", o->families, "comma list: lol, dense, dense-sliding, dense-strided, looped, moe")
+  cmd->add_option("--families", o->families,
+                  "comma list: lol, dense, dense-sliding, dense-strided, looped, moe")
       ->capture_default_str();
-  cmd->add_option("--seq-len", o->seq_lens, "model: comma list of sequence lengths")->capture_default_str();
-  cmd->add_option("--mode", o->modes, "model: comma list of train (forward+backward), step (whole optimizer step), forward")
+  cmd->add_option("--seq-len", o->seq_lens, "model: comma list of sequence lengths")
       ->capture_default_str();
-  cmd->add_option("--batch", o->batch, "model: sequences per step")->capture_default_str()->check(at_least(1));
-  cmd->add_option("--contexts", o->contexts, "decode: comma list of context lengths")->capture_default_str();
-  cmd->add_option("--batches", o->batches, "decode: comma list of batch sizes")->capture_default_str();
-  cmd->add_option("--steps", o->steps, "decode: timed steps per measurement")->capture_default_str()->check(at_least(1));
-  cmd->add_option("--puzzles", o->puzzles, "tasks: puzzles per repetition")->capture_default_str()->check(at_least(1));
-  cmd->add_option("--reps", o->reps, "timed repetitions")->capture_default_str()->check(at_least(1));
-  cmd->add_option("--warmup", o->warmup, "untimed repetitions first")->capture_default_str()->check(at_least(0));
-  cmd->add_option("--precision", o->precision, "model: auto (bf16 autocast on CUDA, fp32 elsewhere), fp32 or bf16")
+  cmd->add_option(
+         "--mode", o->modes,
+         "model: comma list of train (forward+backward), step (whole optimizer step), forward")
+      ->capture_default_str();
+  cmd->add_option("--batch", o->batch, "model: sequences per step")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--contexts", o->contexts, "decode: comma list of context lengths")
+      ->capture_default_str();
+  cmd->add_option("--batches", o->batches, "decode: comma list of batch sizes")
+      ->capture_default_str();
+  cmd->add_option("--steps", o->steps, "decode: timed steps per measurement")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--puzzles", o->puzzles, "tasks: puzzles per repetition")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--reps", o->reps, "timed repetitions")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--warmup", o->warmup, "untimed repetitions first")
+      ->capture_default_str()
+      ->check(at_least(0));
+  cmd->add_option("--precision", o->precision,
+                  "model: auto (bf16 autocast on CUDA, fp32 elsewhere), fp32 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember(precision_names()));
-  cmd->add_option("-o,--output", o->output, "md | csv | json")->capture_default_str()->check(CLI::IsMember({"md", "csv", "json"}));
+  cmd->add_option("-o,--output", o->output, "md | csv | json")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"md", "csv", "json"}));
   commands.emplace_back(cmd, [o] {
     if (o->suite == "tasks") {
       bench::bench_tasks(o->puzzles, o->reps, o->output);
@@ -83,7 +107,8 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     m.families = families;
     m.modes = bench::split(o->modes);
     for (const auto& mode : m.modes)
-      LOL_CHECK(mode == "train" || mode == "forward" || mode == "step", "--mode: unknown mode '", mode, "'");
+      LOL_CHECK(mode == "train" || mode == "forward" || mode == "step", "--mode: unknown mode '",
+                mode, "'");
     LOL_CHECK(!m.modes.empty(), "--mode: give at least one mode");
     m.seq_lens = positive_list("--seq-len", o->seq_lens);
     m.batch = o->batch;

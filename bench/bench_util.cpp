@@ -36,7 +36,7 @@ std::vector<std::string> split(const std::string& text) {
   return out;
 }
 
-void synchronize(torch::Device device) {
+void synchronize([[maybe_unused]] torch::Device device) {
 #if TORCH_VERSION_MAJOR >= 2
   if (device.is_cuda()) torch::cuda::synchronize();
 #endif
@@ -87,22 +87,27 @@ void Table::header(const std::vector<std::string>& cells, size_t text_columns) {
 }
 
 void Table::row(const std::vector<std::string>& cells) const {
-  for (size_t i = 0; i < cells.size(); ++i) std::cout << (markdown_ ? (i ? " | " : "| ") : (i ? "," : "")) << cells[i];
+  for (size_t i = 0; i < cells.size(); ++i)
+    std::cout << (markdown_ ? (i ? " | " : "| ") : (i ? "," : "")) << cells[i];
   std::cout << (markdown_ ? " |\n" : "\n");
 }
 
 json machine_fields(torch::Device device) {
   const auto info = runtime_info();
-  return {{"commit", git_commit()},         {"blas", info.blas},
-          {"torch_threads", info.torch_threads}, {"kernel_threads", info.kernel_threads},
-          {"blas_threads", info.blas_threads},   {"device", device.str()}};
+  return {{"commit", git_commit()},
+          {"blas", info.blas},
+          {"torch_threads", info.torch_threads},
+          {"kernel_threads", info.kernel_threads},
+          {"blas_threads", info.blas_threads},
+          {"device", device.str()}};
 }
 
 std::string machine_lines(torch::Device device) {
   const auto info = runtime_info();
   std::ostringstream out;
-  out << "commit " << git_commit() << " | BLAS: " << info.blas << "\nthreads: torch " << info.torch_threads
-      << ", kernels " << info.kernel_threads << ", BLAS " << info.blas_threads << " | device " << device.str();
+  out << "commit " << git_commit() << " | BLAS: " << info.blas << "\nthreads: torch "
+      << info.torch_threads << ", kernels " << info.kernel_threads << ", BLAS " << info.blas_threads
+      << " | device " << device.str();
   return out.str();
 }
 

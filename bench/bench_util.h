@@ -1,11 +1,11 @@
 #pragma once
 // Shared pieces of the bench suites: spread over repetitions, comma lists, device sync,
 // md/csv table lines, the machine's matmul peak and the family spec strings.
+#include <torch/torch.h>
+
 #include <chrono>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "model/config.h"
 #include "util/fields.h"
@@ -20,11 +20,12 @@ struct Spread {
 Spread spread(const std::vector<double>& xs);
 double percentile(std::vector<double> xs, double q);
 std::vector<std::string> split(const std::string& text);  // "a,b" -> {"a", "b"}
-void synchronize(torch::Device device);                    // waits for queued GPU work
+void synchronize(torch::Device device);                   // waits for queued GPU work
 double seconds_since(Clock::time_point start);
 std::string fixed(double value, int digits);
 // GEMM throughput (size^3, GFLOP/s) in `dtype` on `device` with the current thread settings.
-Spread measure_matmul_peak(int64_t size, int reps, torch::Device device, torch::ScalarType dtype = torch::kFloat32);
+Spread measure_matmul_peak(int64_t size, int reps, torch::Device device,
+                           torch::ScalarType dtype = torch::kFloat32);
 // "dense-sliding" -> family dense, core_attention sliding; looped and moe take L blocks/experts.
 ModelConfig family_config(ModelConfig base, const std::string& spec);
 

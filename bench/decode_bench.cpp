@@ -1,8 +1,8 @@
 #include <iostream>
 
 #include "bench_util.h"
-#include "model/small_gemm.h"
 #include "infer/decoder.h"
+#include "model/small_gemm.h"
 #include "suites.h"
 
 namespace lol::bench {
@@ -20,7 +20,8 @@ void bench_decode(const DecodeBenchOptions& o) {
   struct Row {
     std::string family, what;
     int64_t context = 0, batch = 1;
-    double tokens_per_s = 0, p50_ms = 0, p95_ms = 0, core_p50_ms = 0, other_p50_ms = 0, recompute_ms = 0;
+    double tokens_per_s = 0, p50_ms = 0, p95_ms = 0, core_p50_ms = 0, other_p50_ms = 0,
+           recompute_ms = 0;
     double block_calls = 0, weight_mb_per_token = 0;
   };
   std::vector<Row> rows;
@@ -35,11 +36,12 @@ void bench_decode(const DecodeBenchOptions& o) {
     torch::NoGradGuard no_grad;
     auto random_prompt = [&](int64_t n, int64_t salt) {
       Prompt p;
-      for (int64_t i = 0; i < n; ++i) p.tokens.push_back((i * 7919 + salt * 104729) % config.vocab_size);
+      for (int64_t i = 0; i < n; ++i)
+        p.tokens.push_back((i * 7919 + salt * 104729) % config.vocab_size);
       return p;
     };
-    auto time_steps = [&](Decoder& decoder, std::vector<double>& ms, std::vector<double>& core, std::vector<double>& other,
-                          double& calls, double& bytes) {
+    auto time_steps = [&](Decoder& decoder, std::vector<double>& ms, std::vector<double>& core,
+                          std::vector<double>& other, double& calls, double& bytes) {
       std::vector<int64_t> next(decoder.batch(), 1);
       for (int s = 0; s < steps + 2; ++s) {
         auto t0 = Clock::now();
@@ -111,15 +113,23 @@ void bench_decode(const DecodeBenchOptions& o) {
   auto fmt = fixed;
   // Projections of up to kSmallGemmMaxRows rows on the CPU use the packed kernel when the CPU
   // has AVX2+FMA, else BLAS: say which, since it changes batch 1 by ~2x.
-  const std::string few_rows = device.is_cpu() && small_gemm_supported() ? "packed AVX2 kernel" : "BLAS";
+  const std::string few_rows =
+      device.is_cpu() && small_gemm_supported() ? "packed AVX2 kernel" : "BLAS";
   if (output == "json") {
     json j = machine_fields(device);
     j.update({{"few_row_products", few_rows}, {"config", base.to_json()}, {"rows", json::array()}});
     for (const auto& r : rows)
-      j["rows"].push_back({{"family", r.family}, {"what", r.what}, {"context", r.context}, {"batch", r.batch},
-                           {"tokens_per_s", r.tokens_per_s}, {"p50_ms", r.p50_ms}, {"p95_ms", r.p95_ms},
-                           {"core_p50_ms", r.core_p50_ms}, {"other_p50_ms", r.other_p50_ms},
-                           {"recompute_ms", r.recompute_ms}, {"block_calls_per_step", r.block_calls},
+      j["rows"].push_back({{"family", r.family},
+                           {"what", r.what},
+                           {"context", r.context},
+                           {"batch", r.batch},
+                           {"tokens_per_s", r.tokens_per_s},
+                           {"p50_ms", r.p50_ms},
+                           {"p95_ms", r.p95_ms},
+                           {"core_p50_ms", r.core_p50_ms},
+                           {"other_p50_ms", r.other_p50_ms},
+                           {"recompute_ms", r.recompute_ms},
+                           {"block_calls_per_step", r.block_calls},
                            {"weight_mb_per_token", r.weight_mb_per_token}});
     std::cout << j.dump(2) << "\n";
     return;
@@ -127,17 +137,20 @@ void bench_decode(const DecodeBenchOptions& o) {
   const bool md = output == "md";
   Table table(md);
   if (md)
-    std::cout << machine_lines(device) << " | few-row products: " << few_rows
-              << " | " << steps << " timed steps\n\n";
-  table.header({"family", "what", "context", "batch", "tokens/s", "p50 ms", "p95 ms", "core p50 ms", "rest p50 ms",
-                "recompute ms", "x cached", "blocks/step", "weight MB/token"}, 2);
+    std::cout << machine_lines(device) << " | few-row products: " << few_rows << " | " << steps
+              << " timed steps\n\n";
+  table.header({"family", "what", "context", "batch", "tokens/s", "p50 ms", "p95 ms", "core p50 ms",
+                "rest p50 ms", "recompute ms", "x cached", "blocks/step", "weight MB/token"},
+               2);
   for (const auto& r : rows) {
     const bool decode = r.what != "prefill";
-    table.row({r.family, r.what, std::to_string(r.context), std::to_string(r.batch), fmt(r.tokens_per_s, 1),
-          decode ? fmt(r.p50_ms, 2) : "", decode ? fmt(r.p95_ms, 2) : "", decode ? fmt(r.core_p50_ms, 2) : "",
-          decode ? fmt(r.other_p50_ms, 2) : "", r.recompute_ms > 0 ? fmt(r.recompute_ms, 1) : "",
-          r.recompute_ms > 0 ? fmt(r.recompute_ms / r.p50_ms, 1) : "", decode ? fmt(r.block_calls, 1) : "",
-          decode ? fmt(r.weight_mb_per_token, 2) : ""});
+    table.row({r.family, r.what, std::to_string(r.context), std::to_string(r.batch),
+               fmt(r.tokens_per_s, 1), decode ? fmt(r.p50_ms, 2) : "",
+               decode ? fmt(r.p95_ms, 2) : "", decode ? fmt(r.core_p50_ms, 2) : "",
+               decode ? fmt(r.other_p50_ms, 2) : "",
+               r.recompute_ms > 0 ? fmt(r.recompute_ms, 1) : "",
+               r.recompute_ms > 0 ? fmt(r.recompute_ms / r.p50_ms, 1) : "",
+               decode ? fmt(r.block_calls, 1) : "", decode ? fmt(r.weight_mb_per_token, 2) : ""});
   }
 }
 

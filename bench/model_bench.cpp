@@ -23,18 +23,21 @@ struct Row {
 
 // Seconds per repetition of one mode for one model: forward+backward ("train"), a whole
 // optimizer step on packed task documents ("step"), or a forward pass ("forward").
-std::vector<double> time_mode(const ModelBenchOptions& o, const std::string& mode, LanguageModel& model, int64_t T) {
+std::vector<double> time_mode(const ModelBenchOptions& o, const std::string& mode,
+                              LanguageModel& model, int64_t T) {
   const auto& config = model->config();
   model->train(mode != "forward");
   Batch batch;
   batch.tokens = torch::randint(0, config.vocab_size, {o.batch, T}, torch::kInt64);
   Layout layout(batch, config.vocab_size, o.device);
-  auto targets = torch::randint(0, config.vocab_size, {layout.num_tokens()}, torch::kInt64).to(o.device);
+  auto targets =
+      torch::randint(0, config.vocab_size, {layout.num_tokens()}, torch::kInt64).to(o.device);
   ForwardOptions options;
   options.router_noise = mode != "forward";
   const bool bf16 = uses_bf16_autocast(o.precision, o.device);
   std::unique_ptr<Trainer> trainer;
-  const auto run_dir = std::filesystem::temp_directory_path() / ("lol-bench-" + std::to_string(::getpid()));
+  const auto run_dir =
+      std::filesystem::temp_directory_path() / ("lol-bench-" + std::to_string(::getpid()));
   if (mode == "step") {
     TrainConfig tc;
     tc.steps = o.warmup + o.reps;
@@ -101,7 +104,8 @@ void bench_model(const ModelBenchOptions& o) {
         row.tokens_per_s = spread(rates);
         row.ms_per_step = spread(ms);
         const auto stats = model_stats(config, T);
-        row.flops_per_token = mode == "forward" ? stats.forward_flops_per_token : stats.train_flops_per_token;
+        row.flops_per_token =
+            mode == "forward" ? stats.forward_flops_per_token : stats.train_flops_per_token;
         row.mfu = row.tokens_per_s.mean * row.flops_per_token / (peak.mean * 1e9);
         rows.push_back(row);
       }
@@ -119,23 +123,32 @@ void bench_model(const ModelBenchOptions& o) {
               {"config", o.base.to_json()},
               {"rows", json::array()}});
     for (const auto& r : rows)
-      j["rows"].push_back({{"family", r.family}, {"mode", r.mode}, {"seq_len", r.seq_len}, {"batch", r.batch},
-                           {"tokens_per_s", r.tokens_per_s.mean}, {"tokens_per_s_stddev", r.tokens_per_s.stddev},
-                           {"ms_per_step", r.ms_per_step.mean}, {"flops_per_token", r.flops_per_token},
-                           {"mfu", r.mfu}, {"ratio_to_" + first_family, r.tokens_per_s.mean / baseline(r)}});
+      j["rows"].push_back({{"family", r.family},
+                           {"mode", r.mode},
+                           {"seq_len", r.seq_len},
+                           {"batch", r.batch},
+                           {"tokens_per_s", r.tokens_per_s.mean},
+                           {"tokens_per_s_stddev", r.tokens_per_s.stddev},
+                           {"ms_per_step", r.ms_per_step.mean},
+                           {"flops_per_token", r.flops_per_token},
+                           {"mfu", r.mfu},
+                           {"ratio_to_" + first_family, r.tokens_per_s.mean / baseline(r)}});
     std::cout << j.dump(2) << "\n";
     return;
   }
   const bool md = o.output == "md";
   if (md)
-    std::cout << machine_lines(o.device) << " | " << (bf16 ? "bf16 autocast" : "fp32") << " | matmul peak "
-              << fixed(peak.mean, 1) << " ± " << fixed(peak.stddev, 1) << " GFLOP/s | preset "
-              << o.preset_name << "\n\n";
+    std::cout << machine_lines(o.device) << " | " << (bf16 ? "bf16 autocast" : "fp32")
+              << " | matmul peak " << fixed(peak.mean, 1) << " ± " << fixed(peak.stddev, 1)
+              << " GFLOP/s | preset " << o.preset_name << "\n\n";
   Table table(md);
-  table.header({"family", "mode", "seq", "batch", "tokens/s", "±", "ms/step", "GFLOP/token", "MFU %", "x " + first_family}, 2);
+  table.header({"family", "mode", "seq", "batch", "tokens/s", "±", "ms/step", "GFLOP/token",
+                "MFU %", "x " + first_family},
+               2);
   for (const auto& r : rows)
-    table.row({r.family, r.mode, std::to_string(r.seq_len), std::to_string(r.batch), fixed(r.tokens_per_s.mean, 1),
-               fixed(r.tokens_per_s.stddev, 1), fixed(r.ms_per_step.mean, 1), fixed(r.flops_per_token / 1e9, 4),
+    table.row({r.family, r.mode, std::to_string(r.seq_len), std::to_string(r.batch),
+               fixed(r.tokens_per_s.mean, 1), fixed(r.tokens_per_s.stddev, 1),
+               fixed(r.ms_per_step.mean, 1), fixed(r.flops_per_token / 1e9, 4),
                fixed(100 * r.mfu, 1), fixed(r.tokens_per_s.mean / baseline(r), 3)});
 }
 

@@ -1,10 +1,10 @@
 #pragma once
 // The three `lol bench` suites. Each prints one table (md or csv) or a JSON document, stamped
 // with the commit, the BLAS and the thread counts. Never run by the tests.
+#include <torch/torch.h>
+
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "model/config.h"
 

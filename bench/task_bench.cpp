@@ -43,12 +43,14 @@ void bench_tasks(int64_t count, int reps, const std::string& output) {
                     }),
                     "puzzles/s"});
     for (int s = 1; s <= 5; ++s) {
-      const std::string strategy = kind == tasks::Kind::kSudoku ? sudoku::strategy_name(s) : maze::strategy_name(s);
+      const std::string strategy =
+          kind == tasks::Kind::kSudoku ? sudoku::strategy_name(s) : maze::strategy_name(s);
       rows.push_back({name, "trace " + strategy, time_it([&] {
                         const auto& vocab = tasks::vocabulary(kind);
                         for (int64_t i = 0; i < count; ++i) {
-                          auto seq = kind == tasks::Kind::kSudoku ? tasks::sudoku_sequence(sudokus[i], s)
-                                                                  : tasks::maze_sequence(mazes[i], s);
+                          auto seq = kind == tasks::Kind::kSudoku
+                                         ? tasks::sudoku_sequence(sudokus[i], s)
+                                         : tasks::maze_sequence(mazes[i], s);
                           seq.document(vocab);
                         }
                         return static_cast<double>(count);
@@ -58,7 +60,8 @@ void bench_tasks(int64_t count, int reps, const std::string& output) {
     rows.push_back({name, "stream (all strategies)", time_it([&] {
                       tasks::TaskSource source(kind, 8, ++seed, 0);
                       int64_t tokens = 0;
-                      for (int64_t i = 0; i < count * 5; ++i) tokens += static_cast<int64_t>(source.next().tokens.size());
+                      for (int64_t i = 0; i < count * 5; ++i)
+                        tokens += static_cast<int64_t>(source.next().tokens.size());
                       return static_cast<double>(tokens);
                     }),
                     "tokens/s"});
@@ -66,15 +69,22 @@ void bench_tasks(int64_t count, int reps, const std::string& output) {
   if (output == "json") {
     json j = {{"commit", git_commit()}, {"count", count}, {"reps", reps}, {"rows", json::array()}};
     for (const auto& r : rows)
-      j["rows"].push_back({{"task", r.task}, {"what", r.what}, {"rate", r.per_s.mean}, {"stddev", r.per_s.stddev}, {"unit", r.unit}});
+      j["rows"].push_back({{"task", r.task},
+                           {"what", r.what},
+                           {"rate", r.per_s.mean},
+                           {"stddev", r.per_s.stddev},
+                           {"unit", r.unit}});
     std::cout << j.dump(2) << "\n";
     return;
   }
   const bool md = output == "md";
-  if (md) std::cout << "commit " << git_commit() << " | " << count << " puzzles x " << reps << " reps, one thread\n\n";
+  if (md)
+    std::cout << "commit " << git_commit() << " | " << count << " puzzles x " << reps
+              << " reps, one thread\n\n";
   Table table(md);
   table.header({"task", "what", "rate", "±", "unit"}, 2);
-  for (const auto& r : rows) table.row({r.task, r.what, fixed(r.per_s.mean, 0), fixed(r.per_s.stddev, 0), r.unit});
+  for (const auto& r : rows)
+    table.row({r.task, r.what, fixed(r.per_s.mean, 0), fixed(r.per_s.stddev, 0), r.unit});
 }
 
 }  // namespace lol::bench

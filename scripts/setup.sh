@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev      # config, checkpoint headers, CLI JSON output
   libcli11-dev            # command-line parsing of the lol tool
   libgtest-dev libgmock-dev  # test suite
+  clang-format            # the format check of scripts/test.sh (.clang-format)
 )
 
 missing=()

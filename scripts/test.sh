@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Sets up, builds (release preset) and runs the whole test suite. `.ci/run` calls this.
+# Sets up, checks the formatting, builds with warnings as errors (the ci preset) and runs the
+# whole test suite. `.ci/run` calls this; extra arguments go to ctest (e.g. -L golden).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cmake --preset release >/dev/null
-cmake --build --preset release -j "$(nproc)"
-ctest --preset release -j "$(nproc)" "$@"
+bash scripts/format.sh --check
+cmake --preset ci >/dev/null
+cmake --build --preset ci -j "$(nproc)"
+ctest --preset ci -j "$(nproc)" "$@"

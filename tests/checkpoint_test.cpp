@@ -15,8 +15,9 @@ using testing::tiny_config;
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("lol_ckpt_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("lol_ckpt_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     remove_tree(dir_.string());
   }
   void TearDown() override { remove_tree(dir_.string()); }
@@ -54,7 +55,8 @@ TEST_F(CheckpointTest, SaveLoadGivesIdenticalLogitsForEveryFamily) {
     auto loaded = load_model(dir_.string(), testing::device());
     EXPECT_EQ(loaded->config().to_json(), c.to_json());
     torch::NoGradGuard no_grad;
-    Layout layout(Batch::single({1, 5, 7, 2, 9, 3, 3, 8, 1}, 2, {3}), c.vocab_size, testing::device());
+    Layout layout(Batch::single({1, 5, 7, 2, 9, 3, 3, 8, 1}, 2, {3}), c.vocab_size,
+                  testing::device());
     EXPECT_EQ(max_abs_diff(model->forward(layout).logits, loaded->forward(layout).logits), 0.0)
         << family;
   }
@@ -106,15 +108,35 @@ TEST_F(CheckpointTest, MalformedFilesGiveTheirOwnErrors) {
   EXPECT_PRED2(contains, error_of(write_raw("{}", 1ull << 40, 0)), "exceeds the limit");
   EXPECT_PRED2(contains, error_of(write_raw("{}", 500, 0)), "truncated: header needs 500");
   EXPECT_PRED2(contains, header_case("{not json", 0), "not a JSON object");
-  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[2]}})", 8), "needs dtype, shape and data_offsets");
-  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", 8), "unsupported dtype");
-  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), "non-negative");
-  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", 8), "fall outside");
-  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "need 12");
-  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[1000000000000,1000000000000],"data_offsets":[0,8]}})", 8), "larger than the file");
-  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12), "overlaps");
-  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "hole");
-  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8), "trailing");
+  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"F32","shape":[2]}})", 8),
+               "needs dtype, shape and data_offsets");
+  EXPECT_PRED2(contains, header_case(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", 8),
+               "unsupported dtype");
+  EXPECT_PRED2(contains,
+               header_case(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8),
+               "non-negative");
+  EXPECT_PRED2(contains,
+               header_case(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", 8),
+               "fall outside");
+  EXPECT_PRED2(contains,
+               header_case(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8),
+               "need 12");
+  EXPECT_PRED2(
+      contains,
+      header_case(
+          R"({"a":{"dtype":"F32","shape":[1000000000000,1000000000000],"data_offsets":[0,8]}})", 8),
+      "larger than the file");
+  EXPECT_PRED2(
+      contains,
+      header_case(
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+          12),
+      "overlaps");
+  EXPECT_PRED2(contains,
+               header_case(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "hole");
+  EXPECT_PRED2(contains,
+               header_case(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8),
+               "trailing");
 }
 
 TEST_F(CheckpointTest, ModelDirectoryMismatchesNameTheTensor) {
@@ -154,7 +176,8 @@ TEST_F(CheckpointTest, ModelDirectoryMismatchesNameTheTensor) {
     load_model(dir_.string());
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("window must be > 0, got 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("window must be > 0, got 0"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -211,7 +234,8 @@ TEST(Config, ValidationNamesTheFieldAndOverridesApply) {
 }
 
 TEST(Config, ShippedPresetsLoadAndBuild) {
-  for (std::string name : {"tiny", "maze-demo", "maze-cpu", "sudoku-cpu", "paper-360m", "paper-1b"}) {
+  for (std::string name :
+       {"tiny", "maze-demo", "maze-cpu", "sudoku-cpu", "paper-360m", "paper-1b"}) {
     ModelConfig c;
     ASSERT_NO_THROW(c = load_model_config(name)) << name;
     if (name == "tiny") {

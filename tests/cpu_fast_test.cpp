@@ -1,9 +1,10 @@
 // The fused CPU inference loops against the LibTorch expressions they replace (which run
 // whenever gradients are on).
+#include "model/cpu_fast.h"
+
 #include "helpers.h"
 #include "model/attention.h"
 #include "model/block.h"
-#include "model/cpu_fast.h"
 #include "util/runtime.h"
 
 namespace lol {
@@ -21,7 +22,7 @@ std::pair<torch::Tensor, torch::Tensor> both_paths(F f) {
   return {slow, f()};
 }
 
-TEST(CpuFast, NormScaleShiftSwigluAndRotaryMatchTheLibTorchExpressions) {
+TEST(GoldenKernels, NormScaleShiftSwigluAndRotaryMatchTheLibTorchExpressions) {
   torch::manual_seed(21);
   const int before = at::get_num_threads();
   configure_runtime(2);  // 300 rows: split over the threads as in prefill
@@ -35,7 +36,8 @@ TEST(CpuFast, NormScaleShiftSwigluAndRotaryMatchTheLibTorchExpressions) {
     auto [slow_film, fast_film] =
         both_paths([&] { return BlockImpl::sublayer_input(slow_norm, norm, &gamma, &beta); });
     EXPECT_LT(testing::max_abs_diff(slow_film, fast_film), 1e-5) << "n " << n;
-    auto [slow_plain, fast_plain] = both_paths([&] { return BlockImpl::sublayer_input(slow_norm, norm, nullptr, nullptr); });
+    auto [slow_plain, fast_plain] =
+        both_paths([&] { return BlockImpl::sublayer_input(slow_norm, norm, nullptr, nullptr); });
     EXPECT_LT(testing::max_abs_diff(slow_plain, fast_plain), 1e-5) << "n " << n;
     auto gate_up = torch::randn({n, 2 * 24}) * 4;
     auto [slow_glu, fast_glu] = both_paths([&] { return swiglu(gate_up); });

@@ -25,7 +25,9 @@ std::vector<Seq> decode_seqs(std::mt19937& rng, const ModelConfig& c) {
     Seq s;
     const int64_t n = std::uniform_int_distribution<int64_t>(2, 14)(rng);
     s.tokens = random_tokens(rng, n, c.vocab_size);
-    s.prompt_len = std::uniform_int_distribution<int>(0, 1)(rng) ? std::uniform_int_distribution<int64_t>(1, n)(rng) : 0;
+    s.prompt_len = std::uniform_int_distribution<int>(0, 1)(rng)
+                       ? std::uniform_int_distribution<int64_t>(1, n)(rng)
+                       : 0;
     for (int64_t p = 0; p < n; ++p)
       if (std::uniform_int_distribution<int>(0, 5)(rng) == 0) s.router_only.push_back(p);
     seqs.push_back(s);
@@ -37,10 +39,12 @@ std::vector<Seq> decode_seqs(std::mt19937& rng, const ModelConfig& c) {
 // (sequence, depth, window).
 struct Reference {
   std::vector<torch::Tensor> logits;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, std::tuple<int64_t, double, double>> routes;  // expert, gate, margin
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::tuple<int64_t, double, double>>
+      routes;  // expert, gate, margin
 };
 
-Reference full_forward(LanguageModel& model, const std::vector<Seq>& seqs, const ForcedPath* force = nullptr) {
+Reference full_forward(LanguageModel& model, const std::vector<Seq>& seqs,
+                       const ForcedPath* force = nullptr) {
   int64_t total = 0;
   for (const auto& s : seqs) total += static_cast<int64_t>(s.tokens.size());
   Batch batch;
@@ -49,7 +53,8 @@ Reference full_forward(LanguageModel& model, const std::vector<Seq>& seqs, const
   batch.documents.resize(1);
   int64_t col = 0;
   for (const auto& s : seqs) {
-    for (size_t i = 0; i < s.tokens.size(); ++i) batch.tokens[0][col + static_cast<int64_t>(i)] = s.tokens[i];
+    for (size_t i = 0; i < s.tokens.size(); ++i)
+      batch.tokens[0][col + static_cast<int64_t>(i)] = s.tokens[i];
     for (auto p : s.router_only) batch.router_only[0][col + p] = true;
     batch.documents[0].push_back({col, static_cast<int64_t>(s.tokens.size()), s.prompt_len});
     col += static_cast<int64_t>(s.tokens.size());
@@ -60,11 +65,13 @@ Reference full_forward(LanguageModel& model, const std::vector<Seq>& seqs, const
   options.force = force;
   auto result = model->forward(layout, options);
   Reference ref;
-  for (const auto& d : layout.documents()) ref.logits.push_back(result.logits.narrow(0, d.start, d.length));
+  for (const auto& d : layout.documents())
+    ref.logits.push_back(result.logits.narrow(0, d.start, d.length));
   for (const auto& r : result.routes)
     for (size_t w = 0; w < r.experts.size(); ++w) {
       const auto& win = r.partition->windows[w];
-      ref.routes[{win.document, r.depth, win.ordinal}] = {r.experts[w], r.gates[static_cast<int64_t>(w)].item<double>(), r.margins[w]};
+      ref.routes[{win.document, r.depth, win.ordinal}] = {
+          r.experts[w], r.gates[static_cast<int64_t>(w)].item<double>(), r.margins[w]};
     }
   return ref;
 }
@@ -72,8 +79,9 @@ Reference full_forward(LanguageModel& model, const std::vector<Seq>& seqs, const
 // Prefills the first `prefix` tokens of every sequence, then decodes the rest one token per
 // step (all sequences in one batch; finished ones repeat their last token). Returns the
 // logits after every token and the routes.
-std::pair<std::vector<torch::Tensor>, std::vector<DecodeRoute>> decode(LanguageModel& model, const std::vector<Seq>& seqs,
-                                                                       int64_t prefix, const ForcedPath* force = nullptr) {
+std::pair<std::vector<torch::Tensor>, std::vector<DecodeRoute>> decode(
+    LanguageModel& model, const std::vector<Seq>& seqs, int64_t prefix,
+    const ForcedPath* force = nullptr) {
   Decoder decoder(model, testing::device(), force);
   std::vector<Prompt> prompts;
   for (const auto& s : seqs) {
@@ -90,18 +98,21 @@ std::pair<std::vector<torch::Tensor>, std::vector<DecodeRoute>> decode(LanguageM
   std::vector<DecodeRoute> routes = out.routes;
   for (size_t b = 0; b < seqs.size(); ++b) rows[b].push_back(out.logits[static_cast<int64_t>(b)]);
   int64_t longest = 0;
-  for (const auto& s : seqs) longest = std::max<int64_t>(longest, static_cast<int64_t>(s.tokens.size()));
+  for (const auto& s : seqs)
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(s.tokens.size()));
   for (int64_t i = prefix; i < longest; ++i) {
     std::vector<int64_t> tokens;
     std::vector<uint8_t> ro;
     for (const auto& s : seqs) {
       const int64_t n = static_cast<int64_t>(s.tokens.size());
       tokens.push_back(s.tokens[std::min(i, n - 1)]);
-      ro.push_back(i < n && std::find(s.router_only.begin(), s.router_only.end(), i) != s.router_only.end());
+      ro.push_back(i < n &&
+                   std::find(s.router_only.begin(), s.router_only.end(), i) != s.router_only.end());
     }
     out = decoder.step(tokens, ro);
     for (size_t b = 0; b < seqs.size(); ++b)
-      if (i < static_cast<int64_t>(seqs[b].tokens.size())) rows[b].push_back(out.logits[static_cast<int64_t>(b)]);
+      if (i < static_cast<int64_t>(seqs[b].tokens.size()))
+        rows[b].push_back(out.logits[static_cast<int64_t>(b)]);
     for (const auto& r : out.routes)
       if (i < static_cast<int64_t>(seqs[r.sequence].tokens.size())) routes.push_back(r);
   }
@@ -111,7 +122,8 @@ std::pair<std::vector<torch::Tensor>, std::vector<DecodeRoute>> decode(LanguageM
   return {logits, routes};
 }
 
-void expect_equal_to_forward(LanguageModel& model, const std::vector<Seq>& seqs, int64_t prefix, const ForcedPath* force = nullptr) {
+void expect_equal_to_forward(LanguageModel& model, const std::vector<Seq>& seqs, int64_t prefix,
+                             const ForcedPath* force = nullptr) {
   auto ref = full_forward(model, seqs, force);
   auto [logits, routes] = decode(model, seqs, prefix, force);
   for (size_t b = 0; b < seqs.size(); ++b) {
@@ -120,23 +132,27 @@ void expect_equal_to_forward(LanguageModel& model, const std::vector<Seq>& seqs,
     auto expected = ref.logits[b].narrow(0, m - 1, n - m + 1);
     ASSERT_EQ(logits[b].size(0), expected.size(0));
     const double scale = std::max(1.0, expected.abs().max().item<double>());
-    EXPECT_LT(testing::max_abs_diff(logits[b], expected) / scale, 1e-4) << "sequence " << b << " prefix " << prefix;
+    EXPECT_LT(testing::max_abs_diff(logits[b], expected) / scale, 1e-4)
+        << "sequence " << b << " prefix " << prefix;
   }
   size_t matched = 0;
   for (const auto& r : routes) {
     auto it = ref.routes.find({r.sequence, r.depth, r.window});
-    ASSERT_NE(it, ref.routes.end()) << "sequence " << r.sequence << " depth " << r.depth << " window " << r.window;
+    ASSERT_NE(it, ref.routes.end())
+        << "sequence " << r.sequence << " depth " << r.depth << " window " << r.window;
     const auto [expert, gate, margin] = it->second;
-    if (margin > 1e-4) EXPECT_EQ(r.expert, expert);
+    if (margin > 1e-4) {
+      EXPECT_EQ(r.expert, expert);
+    }
     EXPECT_NEAR(r.gate, gate, 1e-4);
     ++matched;
   }
   EXPECT_EQ(matched, ref.routes.size());  // every window of every sequence was routed once
 }
 
-class DecodeTest : public ::testing::TestWithParam<std::string> {};
+class GoldenDecode : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(DecodeTest, TokenByTokenAndPrefillEqualTheFullForward) {
+TEST_P(GoldenDecode, TokenByTokenAndPrefillEqualTheFullForward) {
   std::mt19937 rng(77);
   for (int trial = 0; trial < 4; ++trial) {
     auto c = testing::random_config(rng, GetParam());
@@ -148,13 +164,15 @@ TEST_P(DecodeTest, TokenByTokenAndPrefillEqualTheFullForward) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllFamilies, DecodeTest, ::testing::Values("lol", "dense", "looped", "moe"));
+INSTANTIATE_TEST_SUITE_P(AllFamilies, GoldenDecode,
+                         ::testing::Values("lol", "dense", "looped", "moe"));
 
-TEST(Decode, ForcedPathsMatchTheFullForward) {
+TEST(GoldenDecoding, ForcedPathsMatchTheFullForward) {
   auto c = testing::tiny_config();
   auto model = make_model(c, 8);
   std::mt19937 rng(3);
-  std::vector<Seq> seqs = {{random_tokens(rng, 13, c.vocab_size), 3, {1}}, {random_tokens(rng, 9, c.vocab_size), 0, {}}};
+  std::vector<Seq> seqs = {{random_tokens(rng, 13, c.vocab_size), 3, {1}},
+                           {random_tokens(rng, 9, c.vocab_size), 0, {}}};
   ForcedPath path;
   path.depths[1][0] = {2, std::nullopt};
   path.depths[2][1] = {std::nullopt, 0.8};
@@ -182,16 +200,19 @@ TEST(Decode, ForcingTheRoutersOwnChoicesGeneratesTheSame) {
   }
   // A different path changes the routes actually used.
   ForcedPath other;
-  for (int64_t l = 1; l <= c.core_depth; ++l) other.depths[l][0] = {(free_run[0].routes[0].expert + 1) % c.library_size, 0.9};
+  for (int64_t l = 1; l <= c.core_depth; ++l)
+    other.depths[l][0] = {(free_run[0].routes[0].expert + 1) % c.library_size, 0.9};
   auto changed = generate(model, {prompt}, greedy, testing::device(), &other);
-  for (const auto& r : changed[0].routes) EXPECT_EQ(r.expert, (free_run[0].routes[0].expert + 1) % c.library_size);
+  for (const auto& r : changed[0].routes)
+    EXPECT_EQ(r.expert, (free_run[0].routes[0].expert + 1) % c.library_size);
 }
 
 TEST(Decode, RetainDropsSequencesAndLeavesTheOthersAsIfAlone) {
   for (std::string family : {"lol", "dense", "moe"}) {
     auto c = testing::tiny_config(family);
     auto model = make_model(c, 14);
-    std::vector<Prompt> prompts = {{{5, 3, 8, 1}, 2, {1}}, {{9, 9}, 0, {}}, {{4, 1, 2, 6, 3, 3, 7}, 4, {}}};
+    std::vector<Prompt> prompts = {
+        {{5, 3, 8, 1}, 2, {1}}, {{9, 9}, 0, {}}, {{4, 1, 2, 6, 3, 3, 7}, 4, {}}};
     Decoder all(model, testing::device()), kept(model, testing::device());
     all.prefill(prompts);
     auto out_kept = kept.prefill({prompts[0], prompts[2]});
@@ -223,11 +244,13 @@ TEST(Decode, GenerationWithRowsFinishingEarlyEqualsGeneratingEachAlone) {
   c.max_seq_len = 64;
   auto model = make_model(c, 15);
   std::vector<Prompt> prompts;
-  for (int64_t b = 0; b < 6; ++b) prompts.push_back({{(b * 5 + 1) % c.vocab_size, 3, (b + 7) % c.vocab_size}, 1, {}});
+  for (int64_t b = 0; b < 6; ++b)
+    prompts.push_back({{(b * 5 + 1) % c.vocab_size, 3, (b + 7) % c.vocab_size}, 1, {}});
   SamplingOptions greedy;
   greedy.max_tokens = 24;
   greedy.stop = [](int64_t sequence, const std::vector<int64_t>& generated) {
-    return static_cast<int64_t>(generated.size()) >= 2 + 3 * sequence;  // row b stops after 2 + 3b tokens
+    return static_cast<int64_t>(generated.size()) >=
+           2 + 3 * sequence;  // row b stops after 2 + 3b tokens
   };
   auto together = generate(model, prompts, greedy, testing::device());
   for (int64_t b = 0; b < 6; ++b) {
@@ -255,12 +278,14 @@ TEST(Decode, AdmittedSequencesDecodeAsIfAlone) {
     auto c = testing::tiny_config(family);
     auto model = make_model(c, 16);
     std::mt19937 rng(17);
-    auto prompt = [&](int64_t n, int64_t p) { return Prompt{random_tokens(rng, n, c.vocab_size), p, {}}; };
+    auto prompt = [&](int64_t n, int64_t p) {
+      return Prompt{random_tokens(rng, n, c.vocab_size), p, {}};
+    };
     const std::vector<Prompt> first = {prompt(3, 1), prompt(5, 0)};
     const std::vector<Prompt> second = {prompt(21, 3), prompt(2, 0)};
     const std::vector<Prompt> third = {prompt(4, 2)};
-    Decoder running(model, testing::device()), a(model, testing::device()), b(model, testing::device()),
-        d(model, testing::device());
+    Decoder running(model, testing::device()), a(model, testing::device()),
+        b(model, testing::device()), d(model, testing::device());
     running.prefill(first);
     a.prefill(first);
     auto tokens = [&](int64_t i, int64_t n) {
@@ -276,14 +301,17 @@ TEST(Decode, AdmittedSequencesDecodeAsIfAlone) {
     auto alone = b.prefill(second);
     EXPECT_LT(testing::max_abs_diff(admitted.logits, alone.logits), 1e-5) << family;
     ASSERT_EQ(admitted.routes.size(), alone.routes.size());
-    for (size_t r = 0; r < alone.routes.size(); ++r) EXPECT_EQ(admitted.routes[r].sequence, alone.routes[r].sequence + 2);
+    for (size_t r = 0; r < alone.routes.size(); ++r)
+      EXPECT_EQ(admitted.routes[r].sequence, alone.routes[r].sequence + 2);
     for (int64_t i = 3; i < 6; ++i) {
       auto t = tokens(i, 4);
       auto out = running.step(t);
       auto oa = a.step({t[0], t[1]});
       auto ob = b.step({t[2], t[3]});
-      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 0, 2), oa.logits), 1e-5) << family << " step " << i;
-      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 2, 2), ob.logits), 1e-5) << family << " step " << i;
+      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 0, 2), oa.logits), 1e-5)
+          << family << " step " << i;
+      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 2, 2), ob.logits), 1e-5)
+          << family << " step " << i;
     }
     running.admit(third);
     d.prefill(third);
@@ -294,9 +322,12 @@ TEST(Decode, AdmittedSequencesDecodeAsIfAlone) {
       auto oa = a.step({t[0], t[1]});
       auto ob = b.step({t[2], t[3]});
       auto od = d.step({t[4]});
-      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 0, 2), oa.logits), 1e-5) << family << " step " << i;
-      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 2, 2), ob.logits), 1e-5) << family << " step " << i;
-      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 4, 1), od.logits), 1e-5) << family << " step " << i;
+      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 0, 2), oa.logits), 1e-5)
+          << family << " step " << i;
+      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 2, 2), ob.logits), 1e-5)
+          << family << " step " << i;
+      EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 4, 1), od.logits), 1e-5)
+          << family << " step " << i;
       size_t expected_routes = oa.routes.size() + ob.routes.size() + od.routes.size();
       EXPECT_EQ(out.routes.size(), expected_routes) << family << " step " << i;
     }
@@ -373,7 +404,8 @@ TEST(Decode, CoreMemoryIsConstantInContextLength) {
   }
   EXPECT_GT(core[0], 0);
   EXPECT_LE(core[1], core[0]);  // bounded by D windows of W tokens (phase may differ by a slot)
-  const int64_t bound = c.core_depth * (2 * c.window * c.n_kv_heads * c.head_dim() * 4 + 3 * c.d_model * 4 + 64);
+  const int64_t bound =
+      c.core_depth * (2 * c.window * c.n_kv_heads * c.head_dim() * 4 + 3 * c.d_model * 4 + 64);
   EXPECT_LE(core[1], bound);
   EXPECT_GT(growing[1], growing[0]);  // prelude and coda caches do grow
 }
@@ -403,7 +435,8 @@ TEST(Sampling, GreedyTopKTopPAndSeeds) {
   SamplingOptions hot;
   hot.temperature = 2.0;
   auto g1 = at::detail::createCPUGenerator(5), g2 = at::detail::createCPUGenerator(5);
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_token(logits, hot, g1), sample_token(logits, hot, g2));
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(sample_token(logits, hot, g1), sample_token(logits, hot, g2));
 }
 
 }  // namespace
@@ -411,17 +444,20 @@ TEST(Sampling, GreedyTopKTopPAndSeeds) {
 
 namespace lol {
 namespace {
-TEST(Decode, CachedGreedyEqualsRecomputingTheWholeSequence) {
+TEST(GoldenDecoding, CachedGreedyEqualsRecomputingTheWholeSequence) {
   for (std::string family : {"lol", "dense", "moe"}) {
     auto c = testing::tiny_config(family);
     auto model = testing::make_model(c, 21);
-    std::vector<Prompt> prompts = {{{5, 3, 8, 1}, 2, {1}}, {{9, 9}, 0, {}}, {{4, 1, 2, 6, 3, 3, 7}, 4, {}}};
+    std::vector<Prompt> prompts = {
+        {{5, 3, 8, 1}, 2, {1}}, {{9, 9}, 0, {}}, {{4, 1, 2, 6, 3, 3, 7}, 4, {}}};
     SamplingOptions greedy;
     greedy.max_tokens = 15;
     auto cached = generate(model, prompts, greedy, testing::device());
     for (size_t b = 0; b < prompts.size(); ++b) {
-      auto slow = greedy_recompute(model, prompts[b].tokens, prompts[b].prompt_len, prompts[b].router_only, 15, -1, testing::device());
-      std::vector<int64_t> continuation(slow.tokens.begin() + static_cast<long>(prompts[b].tokens.size()), slow.tokens.end());
+      auto slow = greedy_recompute(model, prompts[b].tokens, prompts[b].prompt_len,
+                                   prompts[b].router_only, 15, -1, testing::device());
+      std::vector<int64_t> continuation(
+          slow.tokens.begin() + static_cast<long>(prompts[b].tokens.size()), slow.tokens.end());
       EXPECT_EQ(cached[b].tokens, continuation) << family << " prompt " << b;
       EXPECT_EQ(cached[b].finish_reason, "length");
     }

@@ -1,10 +1,10 @@
 #pragma once
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
 #include <cstdlib>
 #include <random>
 #include <string>
-
-#include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -82,7 +82,9 @@ inline ModelConfig random_config(std::mt19937& rng, const std::string& family) {
   c.tie_embeddings = pick({0, 1}) == 1;
   c.n_prelude = pick({0, 1});
   c.n_coda = pick({0, 1});
-  c.core_attention = family == "lol" ? "full" : (std::vector<std::string>{"full", "sliding", "strided"})[pick({0, 1, 2})];
+  c.core_attention =
+      family == "lol" ? "full"
+                      : (std::vector<std::string>{"full", "sliding", "strided"})[pick({0, 1, 2})];
   if (family == "looped") {
     c.loop_blocks = pick({1, 2});
     c.core_depth = c.loop_blocks * pick({1, 2});
@@ -104,7 +106,10 @@ inline std::vector<int64_t> random_tokens(std::mt19937& rng, int64_t n, int64_t 
 }
 
 inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kCPU, torch::kFloat64) - b.to(torch::kCPU, torch::kFloat64)).abs().max().item<double>();
+  return (a.to(torch::kCPU, torch::kFloat64) - b.to(torch::kCPU, torch::kFloat64))
+      .abs()
+      .max()
+      .item<double>();
 }
 
 }  // namespace lol::testing

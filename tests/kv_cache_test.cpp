@@ -1,8 +1,9 @@
 // The CPU attention kernel of the decode cache against the generic (matmul + softmax) path.
+#include "infer/kv_cache.h"
+
 #include <random>
 
 #include "helpers.h"
-#include "infer/kv_cache.h"
 #include "util/runtime.h"
 
 namespace lol {
@@ -11,11 +12,12 @@ namespace {
 // Rows of different lengths (one router-only), GQA, with and without a band; the fp32 cache
 // runs the CPU kernel, a float64 cache the generic path. Long enough rows that the kernel
 // splits its (row, head) items over two threads, and the split must not change a bit.
-TEST(KVCache, CpuKernelMatchesTheGenericPathOnAnyThreadCount) {
+TEST(GoldenKernels, KvCacheCpuKernelMatchesTheGenericPathOnAnyThreadCount) {
   const int64_t B = 6, H = 8, Hkv = 4, dh = 64;
   std::mt19937 rng(11);
   std::vector<int64_t> lengths;
-  for (int64_t b = 0; b < B; ++b) lengths.push_back(std::uniform_int_distribution<int64_t>(300, 900)(rng));
+  for (int64_t b = 0; b < B; ++b)
+    lengths.push_back(std::uniform_int_distribution<int64_t>(300, 900)(rng));
   torch::manual_seed(12);
   std::vector<torch::Tensor> keys, values;
   for (auto n : lengths) {
@@ -35,7 +37,8 @@ TEST(KVCache, CpuKernelMatchesTheGenericPathOnAnyThreadCount) {
     }
     configure_runtime(threads);
     auto out = cache.attend(q.to(dtype), k.to(dtype), v.to(dtype), positions, router_only, band);
-    for (int64_t b = 0; b < B; ++b) EXPECT_EQ(cache.length(b), lengths[b] + (router_only[b] ? 0 : 1));
+    for (int64_t b = 0; b < B; ++b)
+      EXPECT_EQ(cache.length(b), lengths[b] + (router_only[b] ? 0 : 1));
     return out;
   };
   const int before = at::get_num_threads();

@@ -13,13 +13,15 @@ GreedyResult greedy_recompute(LanguageModel& model, const std::vector<int64_t>& 
   options.force = force;
   const int64_t limit = model->config().max_seq_len;
   for (int64_t i = 0; i < max_new && static_cast<int64_t>(out.tokens.size()) < limit; ++i) {
-    Layout layout(Batch::single(out.tokens, prompt_len, router_only), model->config().vocab_size, device);
+    Layout layout(Batch::single(out.tokens, prompt_len, router_only), model->config().vocab_size,
+                  device);
     auto result = model->forward(layout, options);
     const int64_t next = result.logits[result.logits.size(0) - 1].argmax().item<int64_t>();
     out.tokens.push_back(next);
     if (next == eos) break;
   }
-  Layout layout(Batch::single(out.tokens, prompt_len, router_only), model->config().vocab_size, device);
+  Layout layout(Batch::single(out.tokens, prompt_len, router_only), model->config().vocab_size,
+                device);
   out.routes = model->forward(layout, options).routes;
   return out;
 }

@@ -8,8 +8,8 @@
 namespace lol {
 
 struct GreedyResult {
-  std::vector<int64_t> tokens;          // prompt + continuation
-  std::vector<RouteDecisions> routes;   // routes of the final full forward
+  std::vector<int64_t> tokens;         // prompt + continuation
+  std::vector<RouteDecisions> routes;  // routes of the final full forward
 };
 
 // Greedy continuation of `prompt` until `eos` (included) or max_new tokens. prompt_len and

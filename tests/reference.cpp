@@ -42,8 +42,10 @@ torch::Tensor attention(const Context& ctx, const std::string& p, const torch::T
                         const torch::Tensor& pos, const std::vector<bool>& ro,
                         const torch::Tensor& extra_allowed) {
   const int64_t t = h.size(0), H = ctx.c.n_heads, Hkv = ctx.c.n_kv_heads, dh = ctx.c.head_dim();
-  auto q = rope(torch::matmul(h, ctx.get(p + "attn.q.weight").t()).view({t, H, dh}), pos, ctx.c.rope_theta);
-  auto k = rope(torch::matmul(h, ctx.get(p + "attn.k.weight").t()).view({t, Hkv, dh}), pos, ctx.c.rope_theta);
+  auto q = rope(torch::matmul(h, ctx.get(p + "attn.q.weight").t()).view({t, H, dh}), pos,
+                ctx.c.rope_theta);
+  auto k = rope(torch::matmul(h, ctx.get(p + "attn.k.weight").t()).view({t, Hkv, dh}), pos,
+                ctx.c.rope_theta);
   auto v = torch::matmul(h, ctx.get(p + "attn.v.weight").t()).view({t, Hkv, dh});
   auto out = torch::zeros({t, H, dh}, torch::kFloat64);
   for (int64_t head = 0; head < H; ++head) {
@@ -76,7 +78,8 @@ torch::Tensor moe_ffn(const Context& ctx, const std::string& p, const torch::Ten
     auto sel = std::get<1>((probs[i] + bias).topk(ctx.c.moe_top_k));
     for (int64_t j = 0; j < sel.size(0); ++j) {
       int64_t e = sel[j].item<int64_t>();
-      out[i] += probs[i][e] * swiglu(ctx, p + "experts." + std::to_string(e) + ".", h[i].unsqueeze(0))[0];
+      out[i] +=
+          probs[i][e] * swiglu(ctx, p + "experts." + std::to_string(e) + ".", h[i].unsqueeze(0))[0];
     }
   }
   return out;
@@ -105,9 +108,9 @@ int64_t ordinal(int64_t i, int64_t P, int64_t W, int64_t delta) {
 
 }  // namespace
 
-Output forward(const ModelConfig& c, const Weights& w, const Document& doc,
-               const ForcedPath* force, int64_t depth,
-               const std::map<std::pair<int64_t, int64_t>, int64_t>* hint, double tie_margin) {
+Output forward(const ModelConfig& c, const Weights& w, const Document& doc, const ForcedPath* force,
+               int64_t depth, const std::map<std::pair<int64_t, int64_t>, int64_t>* hint,
+               double tie_margin) {
   const int64_t n = static_cast<int64_t>(doc.tokens.size());
   Context ctx{c, w, doc, n};
   std::vector<bool> ro = doc.router_only.empty() ? std::vector<bool>(n, false) : doc.router_only;
@@ -152,9 +155,8 @@ Output forward(const ModelConfig& c, const Weights& w, const Document& doc,
         auto scored = probs + bias;
         auto sorted = std::get<0>(scored.sort(0, /*descending=*/true));
         int64_t expert = scored.argmax().item<int64_t>();
-        double margin = c.library_size > 1
-                            ? (sorted[0] - sorted[1]).item<double>()
-                            : std::numeric_limits<double>::infinity();
+        double margin = c.library_size > 1 ? (sorted[0] - sorted[1]).item<double>()
+                                           : std::numeric_limits<double>::infinity();
         if (hint && margin < tie_margin) {
           auto it = hint->find({l, k});
           if (it != hint->end()) expert = it->second;
@@ -179,8 +181,9 @@ Output forward(const ModelConfig& c, const Weights& w, const Document& doc,
         std::vector<bool> ro_w;
         for (auto i : idx) ro_w.push_back(ro[i]);
         const int64_t t = static_cast<int64_t>(idx.size());
-        auto y = block(ctx, "library." + std::to_string(expert) + ".", xs, pos.index_select(0, idx_t),
-                       ro_w, torch::ones({t, t}, torch::kBool), &film, false);
+        auto y =
+            block(ctx, "library." + std::to_string(expert) + ".", xs, pos.index_select(0, idx_t),
+                  ro_w, torch::ones({t, t}, torch::kBool), &film, false);
         next.index_copy_(0, idx_t, xs + gate * (y - xs));
         Route route{l, k, expert, gate, margin, {}};
         for (int64_t m = 0; m < c.library_size; ++m) route.probs.push_back(probs[m].item<double>());

@@ -2,11 +2,11 @@
 // An independent, slow implementation of SPEC section 1, for tests only. It reads nothing of
 // the engine but the config and the named tensors, works in float64 on one document at a
 // time, and runs the routed core exactly as Algorithm 1: one window after another.
+#include <torch/torch.h>
+
 #include <map>
 #include <optional>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "model/config.h"
 #include "model/router.h"

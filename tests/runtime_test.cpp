@@ -1,10 +1,10 @@
 // The runtime's thread settings reach this project's own parallel kernels.
-#include <set>
+#include "util/runtime.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
-#include "util/runtime.h"
+#include <set>
 
 namespace lol {
 

@@ -1,12 +1,13 @@
 // The packed few-row kernel against torch::linear, and the Projection that dispatches to it.
-#include "helpers.h"
 #include "model/small_gemm.h"
+
+#include "helpers.h"
 #include "util/runtime.h"
 
 namespace lol {
 namespace {
 
-TEST(SmallGemm, MatchesLinearForEveryRowCountAndRaggedShapes) {
+TEST(GoldenKernels, SmallGemmMatchesLinearForEveryRowCountAndRaggedShapes) {
   if (!small_gemm_supported()) GTEST_SKIP() << "CPU without AVX2+FMA: projections use BLAS";
   torch::manual_seed(3);
   for (int64_t n : {1, 8, 13, 40, 77})
@@ -40,7 +41,8 @@ TEST(SmallGemm, SplittingOverThreadsGivesTheSameBits) {
     configure_runtime(2);
     auto two = small_gemm(x, panels, 1408);
     EXPECT_TRUE(torch::equal(one, two)) << "m " << m;
-    EXPECT_LT(testing::max_abs_diff(two, torch::nn::functional::linear(x.to(torch::kFloat64), w.to(torch::kFloat64))),
+    EXPECT_LT(testing::max_abs_diff(
+                  two, torch::nn::functional::linear(x.to(torch::kFloat64), w.to(torch::kFloat64))),
               1e-4 * 16);
   }
   configure_runtime(before);
@@ -53,12 +55,18 @@ TEST(SmallGemm, ProjectionRepacksWhenTheWeightChanges) {
   auto x = torch::randn({3, 16});
   Projection projection;
   auto fused = torch::cat({a, b}, 0);
-  EXPECT_LT(testing::max_abs_diff(projection.apply(x, {a, b}), torch::nn::functional::linear(x, fused)), 1e-5);
+  EXPECT_LT(
+      testing::max_abs_diff(projection.apply(x, {a, b}), torch::nn::functional::linear(x, fused)),
+      1e-5);
   a.mul_(-2.0);  // an optimizer step or a load changes a part in place
   fused = torch::cat({a, b}, 0);
-  EXPECT_LT(testing::max_abs_diff(projection.apply(x, {a, b}), torch::nn::functional::linear(x, fused)), 1e-5);
+  EXPECT_LT(
+      testing::max_abs_diff(projection.apply(x, {a, b}), torch::nn::functional::linear(x, fused)),
+      1e-5);
   auto many = torch::randn({40, 16});  // more rows than the kernel takes: BLAS
-  EXPECT_LT(testing::max_abs_diff(projection.apply(many, {a, b}), torch::nn::functional::linear(many, fused)), 1e-5);
+  EXPECT_LT(testing::max_abs_diff(projection.apply(many, {a, b}),
+                                  torch::nn::functional::linear(many, fused)),
+            1e-5);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-#include "helpers.h"
 #include "model/stats.h"
+
+#include "helpers.h"
 
 namespace lol {
 namespace {

@@ -1,7 +1,7 @@
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <set>
-
-#include <gtest/gtest.h>
 
 #include "tasks/score.h"
 #include "tasks/task.h"
@@ -25,10 +25,11 @@ std::string regenerate(Kind kind, const std::string& line) {
   auto parsed = parse_sequence(kind, tokens, "paper example");
   const int strategy = descriptor_strategy(kind, parsed.descriptor);
   EXPECT_GE(strategy, 1);
-  return join_words(solve_question(kind, parsed.question, parsed.descriptor, strategy, "paper").tokens());
+  return join_words(
+      solve_question(kind, parsed.question, parsed.descriptor, strategy, "paper").tokens());
 }
 
-TEST(Tasks, ReproduceThePapersTenSequencesByteForByte) {
+TEST(GoldenTasks, ReproduceThePapersTenSequencesByteForByte) {
   auto sudoku = read_lines("paper_sudoku.txt");
   auto maze = read_lines("paper_maze.txt");
   ASSERT_EQ(sudoku.size(), 5u);
@@ -46,7 +47,9 @@ TEST(Tasks, GeneratedSudokuMeetTheirRules) {
     EXPECT_GE(givens, 30);
     EXPECT_LE(givens, 36);
     for (int c = 0; c < 81; ++c)
-      if (p.givens[c]) EXPECT_EQ(p.givens[c], p.solution[c]);
+      if (p.givens[c]) {
+        EXPECT_EQ(p.givens[c], p.solution[c]);
+      }
     for (int s = 1; s <= 5; ++s) {
       auto solved = sudoku::solve(p.givens, s);
       EXPECT_TRUE(solved.solved) << "puzzle " << i << " strategy " << s;
@@ -91,8 +94,10 @@ TEST(Tasks, DocumentsMarkPromptDescriptorAndLoss) {
       EXPECT_EQ(words[doc.prompt_len - 1], "]");
       EXPECT_EQ(words[doc.prompt_len], "R");
       for (size_t t = 0; t < words.size(); ++t) {
-        const bool in_descriptor = static_cast<int64_t>(t) >= doc.prompt_len - static_cast<int64_t>(seq.descriptor.size()) &&
-                                   static_cast<int64_t>(t) < doc.prompt_len;
+        const bool in_descriptor =
+            static_cast<int64_t>(t) >=
+                doc.prompt_len - static_cast<int64_t>(seq.descriptor.size()) &&
+            static_cast<int64_t>(t) < doc.prompt_len;
         EXPECT_EQ(doc.router_only[t] != 0, in_descriptor) << t;
         EXPECT_EQ(doc.loss_mask[t] != 0, static_cast<int64_t>(t) >= doc.prompt_len) << t;
       }
@@ -116,7 +121,9 @@ TEST(Scoring, CorrectTracesScoreOneAndEachCorruptionIsCaught) {
   for (int s = 1; s <= 5; ++s) {
     auto seq = sudoku_sequence(p, s);
     auto score = score_sequence(Kind::kSudoku, seq.tokens(), 0, "test");
-    EXPECT_TRUE(score.strategy_as_requested && score.trace_legal && score.trace_rule_faithful && score.answer_correct) << "S" << s;
+    EXPECT_TRUE(score.strategy_as_requested && score.trace_legal && score.trace_rule_faithful &&
+                score.answer_correct)
+        << "S" << s;
     EXPECT_EQ(score.followed, s);
     EXPECT_EQ(score.padding_fraction, 0.0);
   }
@@ -149,12 +156,16 @@ TEST(Scoring, CorrectTracesScoreOneAndEachCorruptionIsCaught) {
   auto steps = s1.trace;
   std::vector<Tokens> split(1);
   for (auto& t : steps) {
-    if (t == ";") split.emplace_back(); else split.back().push_back(t);
+    if (t == ";")
+      split.emplace_back();
+    else
+      split.back().push_back(t);
   }
   bool caught = false;
   for (size_t k = 1; k < split.size() && !caught; ++k) {
     auto reordered = split;
-    std::rotate(reordered.begin(), reordered.begin() + static_cast<long>(k), reordered.begin() + static_cast<long>(k) + 1);
+    std::rotate(reordered.begin(), reordered.begin() + static_cast<long>(k),
+                reordered.begin() + static_cast<long>(k) + 1);
     Tokens joined;
     for (size_t j = 0; j < reordered.size(); ++j) {
       if (j) joined.push_back(";");
@@ -182,7 +193,8 @@ TEST(Scoring, CorrectTracesScoreOneAndEachCorruptionIsCaught) {
   for (int s = 1; s <= 5; ++s) {
     auto seq = maze_sequence(m, s);
     score = score_sequence(Kind::kMaze, seq.tokens(), 0, "test");
-    EXPECT_TRUE(score.strategy_as_requested && score.trace_legal && score.trace_rule_faithful && score.answer_correct);
+    EXPECT_TRUE(score.strategy_as_requested && score.trace_legal && score.trace_rule_faithful &&
+                score.answer_correct);
     auto swapped = seq.trace;
     std::swap(swapped[1], swapped[2]);
     score = score_sequence(Kind::kMaze, with_trace(seq, swapped), 0, "test");
@@ -210,13 +222,17 @@ TEST(Tasks, MalformedInputNamesTheLineAndToken) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message(Kind::kSudoku, "Q : 1 2 banana [ S1 ]"), "line 7: unknown token 'banana' at position 4");
-  EXPECT_NE(message(Kind::kSudoku, "Q : 1 2 3 [ S1 ]").find("line 7: a sudoku grid has 81 cells, got 3"), std::string::npos);
+  EXPECT_EQ(message(Kind::kSudoku, "Q : 1 2 banana [ S1 ]"),
+            "line 7: unknown token 'banana' at position 4");
+  EXPECT_NE(
+      message(Kind::kSudoku, "Q : 1 2 3 [ S1 ]").find("line 7: a sudoku grid has 81 cells, got 3"),
+      std::string::npos);
   EXPECT_NE(message(Kind::kSudoku, "Q : 1 2 3").find("truncated"), std::string::npos);
   EXPECT_NE(message(Kind::kMaze, "R : r1c1").find("starts with 'Q :'"), std::string::npos);
   std::string grid;
   for (int i = 0; i < 81; ++i) grid += i < 2 ? "5 " : ". ";
-  EXPECT_NE(message(Kind::kSudoku, "Q : " + grid + "[ S1 ]").find("repeats in its row"), std::string::npos);
+  EXPECT_NE(message(Kind::kSudoku, "Q : " + grid + "[ S1 ]").find("repeats in its row"),
+            std::string::npos);
   auto m = maze::generate(5, 1, 0);
   auto q = maze::question_tokens(m);
   q[1] = q[1] == "N" ? "E" : "N";  // a side that does not open back

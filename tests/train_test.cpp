@@ -20,7 +20,9 @@ fs::path temp_dir(const std::string& name) {
 }
 
 // The scalar map one Newton-Schulz iteration applies to each singular value.
-double quintic(double s) { return 3.4445 * s - 4.7750 * s * s * s + 2.0315 * s * s * s * s * s; }
+double quintic(double s) {
+  return 3.4445 * s - 4.7750 * s * s * s + 2.0315 * s * s * s * s * s;
+}
 
 TEST(Muon, NewtonSchulzActsOnSingularValuesAndApproachesThePolarFactor) {
   torch::manual_seed(0);
@@ -143,7 +145,8 @@ TEST(Shards, RoundTripAndMalformedFiles) {
   std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(error_of("LOL").find("truncated"), std::string::npos);
   EXPECT_NE(error_of("X" + good.substr(1)).find("bad magic"), std::string::npos);
-  EXPECT_NE(error_of(good.substr(0, good.size() - 1)).find("does not match the header"), std::string::npos);
+  EXPECT_NE(error_of(good.substr(0, good.size() - 1)).find("does not match the header"),
+            std::string::npos);
   auto big_id = good;
   big_id[48 + 6 * 24] = 99;  // first token of the first document
   EXPECT_NE(error_of(big_id).find("outside the vocabulary"), std::string::npos);
@@ -166,10 +169,12 @@ TEST(Packer, KeepsEveryDocumentWholeAndSeeksExactly) {
         auto doc = StrategyTask::make(4, 0, expected_index++);  // documents in order, whole
         ASSERT_EQ(span.length, static_cast<int64_t>(doc.tokens.size()));
         EXPECT_EQ(span.prompt_len, doc.prompt_len);
-        for (int64_t i = 0; i < span.length; ++i) EXPECT_EQ(tokens[r][span.start + i].item<int64_t>(), doc.tokens[i]);
+        for (int64_t i = 0; i < span.length; ++i)
+          EXPECT_EQ(tokens[r][span.start + i].item<int64_t>(), doc.tokens[i]);
       }
     if (step >= 2)
-      for (int64_t i = 0; i < b.targets.size(0); ++i) after_seek.push_back(b.targets[i].item<int64_t>());
+      for (int64_t i = 0; i < b.targets.size(0); ++i)
+        after_seek.push_back(b.targets[i].item<int64_t>());
     EXPECT_EQ(b.targets.size(0), b.tokens);
   }
   packer.seek(saved);
@@ -222,7 +227,8 @@ TEST(Training, LossFallsOnTheStrategyTaskForLolAndDense) {
     // Held-out: the loss falls with it and the next-token accuracy climbs well above chance.
     const auto after = trainer.evaluate();
     EXPECT_LT(after.loss, 0.6 * before.loss) << family;
-    EXPECT_GT(after.accuracy, before.accuracy + 0.2) << family << ": " << before.accuracy << " -> " << after.accuracy;
+    EXPECT_GT(after.accuracy, before.accuracy + 0.2)
+        << family << ": " << before.accuracy << " -> " << after.accuracy;
     EXPECT_LE(after.accuracy, 1.0);
     remove_tree(dir.string());
   }
@@ -268,7 +274,8 @@ TEST(Precision, Bf16AutocastTrainingLearnsWithFp32Weights) {
   ASSERT_EQ(bf16.size(), 100u);
   EXPECT_NEAR(bf16[0], fp32[0], 0.02 * fp32[0]);
   EXPECT_NE(bf16[0], fp32[0]);  // autocast was really on
-  const double last = (bf16[97] + bf16[98] + bf16[99]) / 3, last32 = (fp32[97] + fp32[98] + fp32[99]) / 3;
+  const double last = (bf16[97] + bf16[98] + bf16[99]) / 3,
+               last32 = (fp32[97] + fp32[98] + fp32[99]) / 3;
   EXPECT_LT(last, 0.6 * bf16[0]);
   EXPECT_LT(last, 1.2 * last32);
 }
@@ -320,10 +327,12 @@ TEST(Training, KillAndResumeGivesTheSameLossSequence) {
   EXPECT_EQ(c->step(), 6);
   c->run({}, [&](const StepMetrics& m) { resumed.push_back(m.loss); });
   ASSERT_EQ(resumed.size(), straight.size());
-  for (size_t i = 0; i < straight.size(); ++i) EXPECT_EQ(resumed[i], straight[i]) << "step " << i + 1;
+  for (size_t i = 0; i < straight.size(); ++i)
+    EXPECT_EQ(resumed[i], straight[i]) << "step " << i + 1;
   // Only the newest keep_checkpoints remain.
   int count = 0;
-  for (const auto& name : list_directory((dir_b / "checkpoints").string())) count += is_directory((dir_b / "checkpoints" / name).string());
+  for (const auto& name : list_directory((dir_b / "checkpoints").string()))
+    count += is_directory((dir_b / "checkpoints" / name).string());
   EXPECT_EQ(count, 2);
   remove_tree(dir_a.string());
   remove_tree(dir_b.string());
@@ -366,7 +375,8 @@ std::vector<ResumeCase> resume_cases() {
       {"tiny_maze", preset("tiny", {"vocab_size=160"}), issue},
       {"tiny_grown_accumulated", preset("tiny", {"router_noise_std=0.05"}), grown},
       {"tiny_moe", preset("tiny", {"family=moe", "moe_experts=4", "moe_top_k=1"}), adamw},
-      {"tiny_looped_strided", preset("tiny", {"family=looped", "loop_blocks=2", "core_attention=strided"}), adamw},
+      {"tiny_looped_strided",
+       preset("tiny", {"family=looped", "loop_blocks=2", "core_attention=strided"}), adamw},
       {"maze_demo", preset("maze-demo"), run("task:maze:5", 6, 2, 256)},
       {"maze_cpu", preset("maze-cpu"), run("task:maze:5", 3, 2, 128)},
       {"sudoku_cpu", preset("sudoku-cpu"), run("task:sudoku", 3, 1, 256)},
@@ -388,11 +398,13 @@ void expect_same_checkpoint(const fs::path& a_run, const fs::path& b_run, int64_
   ASSERT_TRUE(fs::exists(a / "model.safetensors")) << a;
   ASSERT_TRUE(fs::exists(b / "model.safetensors")) << b;
   for (const char* file : {"model.safetensors", "train_state.safetensors", "config.json"})
-    EXPECT_TRUE(file_bytes(a / file) == file_bytes(b / file)) << file << " differs at step " << step;
+    EXPECT_TRUE(file_bytes(a / file) == file_bytes(b / file))
+        << file << " differs at step " << step;
   auto meta_a = json::parse(file_bytes(a / "train_state.json"));
   auto meta_b = json::parse(file_bytes(b / "train_state.json"));
   for (auto* meta : {&meta_a, &meta_b})
-    for (const char* key : {"checkpoint_every", "keep_checkpoints"}) (*meta)["train_config"].erase(key);
+    for (const char* key : {"checkpoint_every", "keep_checkpoints"})
+      (*meta)["train_config"].erase(key);
   EXPECT_EQ(meta_a, meta_b) << "train_state.json differs at step " << step;
 }
 
@@ -454,7 +466,7 @@ TEST_P(ResumeTest, ResumingAtEveryStepReproducesTheUninterruptedRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PresetsAndFamilies, ResumeTest, ::testing::ValuesIn(resume_cases()),
-                         [](const auto& info) { return info.param.name; });
+                         [](const auto& test) { return test.param.name; });
 
 TEST(Balancing, BiasMovesLoadTowardUniform) {
   auto c = train_model_config("lol");

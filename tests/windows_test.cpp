@@ -44,7 +44,8 @@ TEST(Windows, OrdinalsFollowTheFormula) {
           Layout layout(Batch::single(std::vector<int64_t>(20, 0), P), 1, testing::device());
           const auto& part = layout.windows(W, delta);
           for (int64_t i = 0; i < 20; ++i) {
-            const int64_t expected = P == 0 ? (i + delta) / W : (i < P ? 0 : 1 + (i - P + delta) / W);
+            const int64_t expected =
+                P == 0 ? (i + delta) / W : (i < P ? 0 : 1 + (i - P + delta) / W);
             EXPECT_EQ(part.windows[part.token_window[i]].ordinal, expected);
             EXPECT_LE(part.windows[part.token_window[i]].length, std::max(W, P));
           }

@@ -24,7 +24,8 @@ struct GenerateOptions {
 
 // A task prompt: text in the task vocabulary; P ends at "]" and the descriptor is router-only
 // unless the flags say otherwise.
-Prompt task_prompt(const tasks::Vocabulary& vocab, const std::string& text, const std::string& where) {
+Prompt task_prompt(const tasks::Vocabulary& vocab, const std::string& text,
+                   const std::string& where) {
   auto words = tasks::split_words(text);
   LOL_CHECK(!words.empty(), where, ": empty prompt");
   Prompt p;
@@ -46,28 +47,36 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
   cmd->add_option("--model", o->model, "model directory")->required();
   cmd->add_option("--prompt", o->prompt, "prompt text (needs --task)");
   cmd->add_option("--tokens", o->tokens, "prompt token ids, comma-separated");
-  cmd->add_option("--prompts", o->prompts_file, "file with one prompt per line (text with --task, else ids)");
+  cmd->add_option("--prompts", o->prompts_file,
+                  "file with one prompt per line (text with --task, else ids)");
   cmd->add_option("--task", o->task, "sudoku or maze: text in and out in that task's vocabulary")
       ->check(CLI::IsMember({"sudoku", "maze"}));
-  cmd->add_option("--prompt-len", o->prompt_len, "prompt window P (default: through ']' for task prompts, else 0)");
+  cmd->add_option("--prompt-len", o->prompt_len,
+                  "prompt window P (default: through ']' for task prompts, else 0)");
   cmd->add_option("--router-only", o->router_only, "router-only prompt positions, comma-separated");
   cmd->add_option("--force", o->force, "forced path JSON (docs/formats.md)");
-  cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate at most")->capture_default_str();
+  cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate at most")
+      ->capture_default_str();
   cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", o->top_k, "sample from the k most likely (0 = off)")->capture_default_str();
+  cmd->add_option("--top-k", o->top_k, "sample from the k most likely (0 = off)")
+      ->capture_default_str();
   cmd->add_option("--top-p", o->top_p, "nucleus mass (1 = off)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
-  cmd->add_option("--stop-token", o->stop_tokens, "stop after this token id (repeatable; tasks stop at <eos>)");
-  cmd->add_option("--stop", o->stop_strings, "stop when the text ends with this string (repeatable, with --task)");
+  cmd->add_option("--stop-token", o->stop_tokens,
+                  "stop after this token id (repeatable; tasks stop at <eos>)");
+  cmd->add_option("--stop", o->stop_strings,
+                  "stop when the text ends with this string (repeatable, with --task)");
   cmd->add_option("--routes", o->routes_out, "write every routing decision as JSON lines");
-  cmd->add_option("--batch-size", o->batch_size,
-                  "sequences decoded at once; more prompts wait and join as others finish (0 = all at once)")
+  cmd->add_option(
+         "--batch-size", o->batch_size,
+         "sequences decoded at once; more prompts wait and join as others finish (0 = all at once)")
       ->capture_default_str()
       ->check(at_least(0));
   commands.emplace_back(cmd, [o] {
     const int given = !o->prompt.empty() + !o->tokens.empty() + !o->prompts_file.empty();
     LOL_CHECK(given == 1, "give exactly one of --prompt, --tokens and --prompts");
-    LOL_CHECK(o->task.empty() || o->tokens.empty(), "--tokens takes ids; with --task give --prompt or --prompts");
+    LOL_CHECK(o->task.empty() || o->tokens.empty(),
+              "--tokens takes ids; with --task give --prompt or --prompts");
     LOL_CHECK(!o->task.empty() || o->prompt.empty(),
               "--prompt needs --task (the model has no text tokenizer); give ids with --tokens");
     const auto device = selected_device();
@@ -76,8 +85,8 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
     const tasks::Vocabulary* vocab = nullptr;
     if (!o->task.empty()) {
       vocab = &tasks::vocabulary(tasks::parse_kind(o->task));
-      LOL_CHECK(vocab->size() <= config.vocab_size, "--task ", o->task, ": its vocabulary has ", vocab->size(),
-                " tokens but the model only ", config.vocab_size);
+      LOL_CHECK(vocab->size() <= config.vocab_size, "--task ", o->task, ": its vocabulary has ",
+                vocab->size(), " tokens but the model only ", config.vocab_size);
     }
     std::vector<std::string> lines;
     if (!o->prompts_file.empty()) {
@@ -91,19 +100,21 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
     }
     std::vector<Prompt> prompts;
     for (size_t i = 0; i < lines.size(); ++i) {
-      const std::string where = o->prompts_file.empty() ? "prompt" : o->prompts_file + " line " + std::to_string(i + 1);
-      Prompt p = vocab ? task_prompt(*vocab, lines[i], where) : Prompt{parse_int_list(where, lines[i]), 0, {}};
+      const std::string where =
+          o->prompts_file.empty() ? "prompt" : o->prompts_file + " line " + std::to_string(i + 1);
+      Prompt p = vocab ? task_prompt(*vocab, lines[i], where)
+                       : Prompt{parse_int_list(where, lines[i]), 0, {}};
       LOL_CHECK(!p.tokens.empty(), where, ": empty prompt");
       for (auto t : p.tokens)
-        LOL_CHECK(t >= 0 && t < config.vocab_size, where, ": token id ", t, " is outside the vocabulary [0, ",
-                  config.vocab_size, ")");
+        LOL_CHECK(t >= 0 && t < config.vocab_size, where, ": token id ", t,
+                  " is outside the vocabulary [0, ", config.vocab_size, ")");
       if (o->prompt_len >= 0) p.prompt_len = o->prompt_len;
       if (!o->router_only.empty()) p.router_only = parse_int_list("--router-only", o->router_only);
       for (auto r : p.router_only)
-        LOL_CHECK(r >= 0 && r < static_cast<int64_t>(p.tokens.size()), "--router-only: position ", r,
-                  " is outside the prompt of ", p.tokens.size(), " tokens");
-      LOL_CHECK(static_cast<int64_t>(p.tokens.size()) < config.max_seq_len, where, ": ", p.tokens.size(),
-                " tokens leave no room under max_seq_len ", config.max_seq_len);
+        LOL_CHECK(r >= 0 && r < static_cast<int64_t>(p.tokens.size()), "--router-only: position ",
+                  r, " is outside the prompt of ", p.tokens.size(), " tokens");
+      LOL_CHECK(static_cast<int64_t>(p.tokens.size()) < config.max_seq_len, where, ": ",
+                p.tokens.size(), " tokens leave no room under max_seq_len ", config.max_seq_len);
       prompts.push_back(p);
     }
     SamplingOptions sampling;
@@ -120,7 +131,8 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
         sampling.stop = [&](int64_t, const std::vector<int64_t>& generated) {
           const std::string text = tasks::join_words(vocab->decode(generated));
           for (const auto& s : o->stop_strings)
-            if (text.size() >= s.size() && text.compare(text.size() - s.size(), s.size(), s) == 0) return true;
+            if (text.size() >= s.size() && text.compare(text.size() - s.size(), s.size(), s) == 0)
+              return true;
           return false;
         };
     } else {
@@ -152,9 +164,16 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
         std::cout << ids << "\n";
       }
       for (const auto& r : g.routes) {
-        json j = {{"sequence", b}, {"depth", r.depth}, {"window", r.window}, {"position", r.position},
-                  {"expert", r.expert}, {"gate", r.gate}, {"probs", r.probs}, {"router_choice", r.router_choice},
-                  {"forced_expert", r.forced_expert}, {"forced_gate", r.forced_gate}};
+        json j = {{"sequence", b},
+                  {"depth", r.depth},
+                  {"window", r.window},
+                  {"position", r.position},
+                  {"expert", r.expert},
+                  {"gate", r.gate},
+                  {"probs", r.probs},
+                  {"router_choice", r.router_choice},
+                  {"forced_expert", r.forced_expert},
+                  {"forced_gate", r.forced_gate}};
         j["margin"] = std::isfinite(r.margin) ? json(r.margin) : json(nullptr);
         routes_text += j.dump() + "\n";
       }

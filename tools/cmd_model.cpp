@@ -79,7 +79,8 @@ CLI::Validator at_least(int64_t minimum) {
 void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
   cmd->add_option("--config", flags.config_file, "model config JSON file");
   cmd->add_option("--preset", flags.preset, "model preset from configs/ (tiny, maze-cpu, ...)");
-  cmd->add_option("--set", flags.overrides, "override a model config key: --set window=64 (repeatable)");
+  cmd->add_option("--set", flags.overrides,
+                  "override a model config key: --set window=64 (repeatable)");
 }
 
 namespace {
@@ -147,8 +148,9 @@ void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>
     auto model = load_model(o->model, device);
     model->eval();
     const auto& config = model->config();
-    LOL_CHECK(static_cast<int64_t>(tokens.size()) <= config.max_seq_len, "--tokens: ",
-              tokens.size(), " tokens exceed the model's max_seq_len ", config.max_seq_len);
+    LOL_CHECK(static_cast<int64_t>(tokens.size()) <= config.max_seq_len,
+              "--tokens: ", tokens.size(), " tokens exceed the model's max_seq_len ",
+              config.max_seq_len);
     ForcedPath force;
     ForwardOptions options;
     if (!o->force.empty()) {
@@ -170,7 +172,8 @@ void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>
     json rows = json::array();
     const float* data = logits.data_ptr<float>();
     for (int64_t i = 0; i < logits.size(0); ++i)
-      rows.push_back(std::vector<float>(data + i * logits.size(1), data + (i + 1) * logits.size(1)));
+      rows.push_back(
+          std::vector<float>(data + i * logits.size(1), data + (i + 1) * logits.size(1)));
     out["logits"] = rows;
     json routes = json::array();
     for (const auto& r : result.routes) {
@@ -179,16 +182,17 @@ void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>
       for (size_t w = 0; w < r.experts.size(); ++w) {
         const auto& win = r.partition->windows[w];
         auto p = probs[static_cast<int64_t>(w)];
-        json route = {{"depth", r.depth},
-                      {"window", win.ordinal},
-                      {"start", win.start},
-                      {"length", win.length},
-                      {"expert", r.experts[w]},
-                      {"gate", gates[static_cast<int64_t>(w)].item<double>()},
-                      {"probs", std::vector<double>(p.data_ptr<double>(), p.data_ptr<double>() + p.numel())},
-                      {"router_choice", r.router_choice[w]},
-                      {"forced_expert", r.forced_expert[w] != 0},
-                      {"forced_gate", r.forced_gate[w] != 0}};
+        json route = {
+            {"depth", r.depth},
+            {"window", win.ordinal},
+            {"start", win.start},
+            {"length", win.length},
+            {"expert", r.experts[w]},
+            {"gate", gates[static_cast<int64_t>(w)].item<double>()},
+            {"probs", std::vector<double>(p.data_ptr<double>(), p.data_ptr<double>() + p.numel())},
+            {"router_choice", r.router_choice[w]},
+            {"forced_expert", r.forced_expert[w] != 0},
+            {"forced_gate", r.forced_gate[w] != 0}};
         route["margin"] = std::isfinite(r.margins[w]) ? json(r.margins[w]) : json(nullptr);
         routes.push_back(route);
       }
@@ -209,7 +213,8 @@ void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "model directory");
   add_model_flags(cmd, o->flags);
-  cmd->add_option("--seq-len", o->seq_len, "sequence length for attention FLOPs (default max_seq_len)");
+  cmd->add_option("--seq-len", o->seq_len,
+                  "sequence length for attention FLOPs (default max_seq_len)");
   cmd->add_flag("--json", o->as_json, "print JSON");
   commands.emplace_back(cmd, [o] {
     ModelConfig config;
@@ -238,12 +243,17 @@ void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
     }
     std::cout << "family                 " << config.family << "\n"
               << "stored parameters      " << human(static_cast<double>(s.stored_params)) << "\n"
-              << "active parameters      " << human(static_cast<double>(s.active_params)) << " per token\n"
+              << "active parameters      " << human(static_cast<double>(s.active_params))
+              << " per token\n"
               << "executed blocks        " << s.executed_blocks << " per token\n"
-              << "forward FLOPs          " << human(s.forward_flops_per_token) << " per token at length " << T << "\n"
+              << "forward FLOPs          " << human(s.forward_flops_per_token)
+              << " per token at length " << T << "\n"
               << "training FLOPs         " << human(s.train_flops_per_token) << " per token\n"
-              << "core decode state      " << human(static_cast<double>(s.core_cache_bytes)) << "B per sequence (constant in context)\n"
-              << "prelude/coda KV cache  " << human(static_cast<double>(s.fixed_cache_bytes_per_token)) << "B per token of context\n";
+              << "core decode state      " << human(static_cast<double>(s.core_cache_bytes))
+              << "B per sequence (constant in context)\n"
+              << "prelude/coda KV cache  "
+              << human(static_cast<double>(s.fixed_cache_bytes_per_token))
+              << "B per token of context\n";
   });
 }
 

@@ -1,7 +1,7 @@
 // lol train: train any family from scratch, or resume a run exactly.
 #include <iomanip>
-#include <map>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "commands.h"
@@ -28,7 +28,8 @@ struct Sample {
 };
 
 // Greedy continuation with the cached decoder.
-Sample greedy(LanguageModel& model, const Prompt& prompt, int64_t max_new, int64_t eos, torch::Device device) {
+Sample greedy(LanguageModel& model, const Prompt& prompt, int64_t max_new, int64_t eos,
+              torch::Device device) {
   SamplingOptions options;
   options.max_tokens = max_new;
   options.stop_tokens = {eos};
@@ -51,7 +52,9 @@ void print_routes(const std::vector<DecodeRoute>& routes) {
 }
 
 std::string shorten(const std::string& text, size_t limit) {
-  return text.size() <= limit ? text : text.substr(0, limit / 2) + " ... " + text.substr(text.size() - limit / 2);
+  return text.size() <= limit
+             ? text
+             : text.substr(0, limit / 2) + " ... " + text.substr(text.size() - limit / 2);
 }
 
 // A held-out puzzle per strategy: greedy answer from the prompt, scored like the paper.
@@ -64,8 +67,8 @@ void report_task(Trainer& trainer, const tasks::TaskData& task, torch::Device de
     auto seq = source.sequence(s);
     auto doc = seq.document(vocab);
     auto sample = greedy(trainer.model(), prompt_from_document(doc, doc.prompt_len),
-                         static_cast<int64_t>(doc.tokens.size()) - doc.prompt_len + 16, vocab.id("<eos>", "report"),
-                         device);
+                         static_cast<int64_t>(doc.tokens.size()) - doc.prompt_len + 16,
+                         vocab.id("<eos>", "report"), device);
     auto words = vocab.decode(sample.tokens);
     auto score = tasks::score_sequence(task.kind, words, s + 1, "sample");
     summary.add(score);
@@ -74,7 +77,11 @@ void report_task(Trainer& trainer, const tasks::TaskData& task, torch::Device de
       tasks::Tokens generated(words.begin() + doc.prompt_len, words.end());
       const auto full = seq.tokens();
       std::cout << "sample (strategy 1): " << shorten(tasks::join_words(generated), 300) << "\n"
-                << "expected:            " << shorten(tasks::join_words(tasks::Tokens(full.begin() + doc.prompt_len, full.end())), 300) << "\n";
+                << "expected:            "
+                << shorten(
+                       tasks::join_words(tasks::Tokens(full.begin() + doc.prompt_len, full.end())),
+                       300)
+                << "\n";
     }
   }
   std::cout << "held-out puzzle, all five strategies, greedy:\n" << summary.to_text(task.kind);
@@ -85,8 +92,8 @@ void report_task(Trainer& trainer, const tasks::TaskData& task, torch::Device de
 void report(Trainer& trainer, torch::Device device) {
   const auto& tc = trainer.config();
   const auto eval = trainer.evaluate();
-  std::cout << "eval loss " << fixed(eval.loss, 4) << ", next-token accuracy " << fixed(100 * eval.accuracy, 1)
-            << "% (held-out, per target token, teacher-forced)\n";
+  std::cout << "eval loss " << fixed(eval.loss, 4) << ", next-token accuracy "
+            << fixed(100 * eval.accuracy, 1) << "% (held-out, per target token, teacher-forced)\n";
   tasks::TaskData task;
   if (tasks::parse_task_data(tc.data, &task)) {
     report_task(trainer, task, device);
@@ -117,7 +124,8 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   };
   auto o = std::make_shared<Opts>();
   add_model_flags(cmd, o->model);
-  cmd->add_option("--train-set", o->train_overrides, "override a training config key: --train-set lr=1e-3");
+  cmd->add_option("--train-set", o->train_overrides,
+                  "override a training config key: --train-set lr=1e-3");
   cmd->add_option("--data", o->data, "task:copy or a token shard path (training config 'data')");
   cmd->add_option("--steps", o->steps, "optimizer steps (training config 'steps')");
   cmd->add_option("--seed", o->seed, "initialisation, data and noise seed");
@@ -128,8 +136,8 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     const auto device = selected_device();
     std::unique_ptr<Trainer> trainer;
     if (!o->resume.empty()) {
-      LOL_CHECK(o->out.empty() && !o->model.given() && o->train_overrides.empty() && o->data.empty() &&
-                    o->steps == 0,
+      LOL_CHECK(o->out.empty() && !o->model.given() && o->train_overrides.empty() &&
+                    o->data.empty() && o->steps == 0,
                 "--resume continues a run as it was configured; it takes no other run options");
       trainer = Trainer::resume(o->resume, device);
       std::cerr << "resuming " << o->resume << " at step " << trainer->step() << "\n";
@@ -153,24 +161,27 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     const auto& tc = trainer->config();
     std::cerr << "training " << trainer->model()->config().family << " on " << tc.data << " for "
               << tc.steps << " steps (" << tc.batch_rows << " x " << tc.seq_len << " tokens x "
-              << tc.grad_accum << " per step); metrics in " << (o->resume.empty() ? o->out : o->resume)
-              << "/metrics.jsonl\n";
+              << tc.grad_accum << " per step); metrics in "
+              << (o->resume.empty() ? o->out : o->resume) << "/metrics.jsonl\n";
     install_interrupt_handler();
     Progress progress("train", tc.steps, trainer->step(), tc.log_every);
     double last_eval = -1, last_accuracy = 0;
-    trainer->run([] { return interrupt_requested(); },
-                 [&](const StepMetrics& m) {
-                   if (m.eval_loss) last_eval = *m.eval_loss;
-                   if (m.eval_accuracy) last_accuracy = *m.eval_accuracy;
-                   std::string info = "loss " + fixed(m.loss, 4) + " lr " + fixed(m.lr * 1e3, 3) + "e-3 " +
-                                      fixed(m.tokens_per_s, 0) + " tok/s depth " + std::to_string(m.depth);
-                   if (last_eval >= 0) info += " eval " + fixed(last_eval, 4) + " (" + fixed(100 * last_accuracy, 1) + "%)";
-                   progress.update(m.step, info);
-                 });
+    trainer->run(
+        [] { return interrupt_requested(); },
+        [&](const StepMetrics& m) {
+          if (m.eval_loss) last_eval = *m.eval_loss;
+          if (m.eval_accuracy) last_accuracy = *m.eval_accuracy;
+          std::string info = "loss " + fixed(m.loss, 4) + " lr " + fixed(m.lr * 1e3, 3) + "e-3 " +
+                             fixed(m.tokens_per_s, 0) + " tok/s depth " + std::to_string(m.depth);
+          if (last_eval >= 0)
+            info += " eval " + fixed(last_eval, 4) + " (" + fixed(100 * last_accuracy, 1) + "%)";
+          progress.update(m.step, info);
+        });
     const std::string where = o->resume.empty() ? o->out : o->resume;
     if (interrupt_requested()) {
-      progress.finish("interrupted at step " + std::to_string(trainer->step()) + "; checkpoint saved in " +
-                      Trainer::latest_checkpoint(where) + "; continue with: lol train --resume " + where);
+      progress.finish("interrupted at step " + std::to_string(trainer->step()) +
+                      "; checkpoint saved in " + Trainer::latest_checkpoint(where) +
+                      "; continue with: lol train --resume " + where);
       return;
     }
     progress.finish("done: checkpoint " + Trainer::latest_checkpoint(where));

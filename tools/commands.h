@@ -1,11 +1,11 @@
 #pragma once
 // Each subcommand registers itself on the app and returns the callback that runs it.
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <torch/torch.h>
 
 #include "model/config.h"
 

@@ -1,7 +1,7 @@
 // lol: one binary, git-style subcommands over the library.
-#include <iostream>
-
 #include <torch/torch.h>
+
+#include <iostream>
 
 #include "commands.h"
 #include "util/error.h"
@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(lol::version()) + " (" + lol::git_commit() + ")");
   auto& global = lol::cli::global_options();
   app.add_option("--device", global.device, "cpu, cuda or cuda:N")->capture_default_str();
-  app.add_option("--threads", global.threads, "compute threads for LibTorch and OpenBLAS (0 = all cores)")
+  app.add_option("--threads", global.threads,
+                 "compute threads for LibTorch and OpenBLAS (0 = all cores)")
       ->check(lol::cli::at_least(0));
   std::vector<std::pair<CLI::App*, lol::cli::Runner>> commands;
   lol::cli::add_init_command(app, commands);
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success))
+      return app.exit(e);  // --help, --version
     std::cerr << "lol: error: " << e.what() << " (see --help)\n";
     return 1;
   }

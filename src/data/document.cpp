@@ -11,18 +11,28 @@ namespace lol {
 
 namespace {
 // Token ids of the built-in strategy task.
-enum : int64_t { kEos = 0, kQ = 1, kColon = 2, kOpen = 3, kClose = 4, kA = 5, kCopy = 6,
-                 kReverse = 7, kSort = 8, kDigit0 = 10 };
+enum : int64_t {
+  kEos = 0,
+  kQ = 1,
+  kColon = 2,
+  kOpen = 3,
+  kClose = 4,
+  kA = 5,
+  kCopy = 6,
+  kReverse = 7,
+  kSort = 8,
+  kDigit0 = 10
+};
 const char* kWords[] = {"<eos>", "Q", ":", "[", "]", "A", "copy", "reverse", "sort", "?",
-                        "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+                        "0",     "1", "2", "3", "4", "5", "6",    "7",       "8",    "9"};
 }  // namespace
 
 StrategyTask::StrategyTask(uint64_t seed, int split) : seed_(seed), split_(split) {}
 
 void StrategyTask::seek(const json& position) {
-  LOL_CHECK(position.is_object() && position.contains("index") &&
-                position["index"].is_number_integer(),
-            "task position must be {\"index\": N}, got ", position.dump());
+  LOL_CHECK(
+      position.is_object() && position.contains("index") && position["index"].is_number_integer(),
+      "task position must be {\"index\": N}, got ", position.dump());
   index_ = position["index"].get<int64_t>();
 }
 
@@ -53,7 +63,9 @@ Document StrategyTask::make(uint64_t seed, int split, int64_t index) {
   return doc;
 }
 
-Document StrategyTask::next() { return make(seed_, split_, index_++); }
+Document StrategyTask::next() {
+  return make(seed_, split_, index_++);
+}
 
 std::string StrategyTask::detokenize(const std::vector<int64_t>& tokens) {
   std::string out;

@@ -3,10 +3,9 @@
 // position is a small JSON value that a checkpoint stores, so a resumed run reads exactly the
 // documents the uninterrupted run would have read.
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace lol {
 
@@ -14,18 +13,18 @@ using nlohmann::json;
 
 struct Document {
   std::vector<int64_t> tokens;
-  int64_t prompt_len = 0;             // P (SPEC 1.3); 0 for plain text
-  std::vector<uint8_t> router_only;   // per token, empty = none (SPEC 1.5)
-  std::vector<uint8_t> loss_mask;     // per token: predict this token? empty = all but the first
+  int64_t prompt_len = 0;            // P (SPEC 1.3); 0 for plain text
+  std::vector<uint8_t> router_only;  // per token, empty = none (SPEC 1.5)
+  std::vector<uint8_t> loss_mask;    // per token: predict this token? empty = all but the first
 };
 
 class DocumentSource {
  public:
   virtual ~DocumentSource() = default;
   virtual Document next() = 0;
-  virtual json position() const = 0;         // where next() reads from
+  virtual json position() const = 0;  // where next() reads from
   virtual void seek(const json& position) = 0;
-  virtual int64_t vocab_size() const = 0;    // ids are below this
+  virtual int64_t vocab_size() const = 0;  // ids are below this
   virtual std::string describe() const = 0;
 };
 

@@ -9,7 +9,9 @@ Packer::Packer(DocumentSource& source, int64_t rows, int64_t seq_len)
   LOL_CHECK(rows > 0 && seq_len > 1, "batch needs rows > 0 and seq_len > 1");
 }
 
-json Packer::position() const { return pending_ ? pending_position_ : source_.position(); }
+json Packer::position() const {
+  return pending_ ? pending_position_ : source_.position();
+}
 
 void Packer::seek(const json& position) {
   source_.seek(position);

@@ -3,9 +3,9 @@
 // one after another (document-blocked attention keeps them apart); a document that does not
 // fit in the rest of a row starts the next row, so none is split or lost. Longer-than-row
 // documents are cut to the row length.
-#include <optional>
-
 #include <torch/torch.h>
+
+#include <optional>
 
 #include "data/document.h"
 #include "model/layout.h"
@@ -16,7 +16,7 @@ struct TrainBatch {
   Batch batch;
   torch::Tensor targets;  // (N) next-token ids in the layout's flat order, -100 = no loss
   int64_t loss_tokens = 0;
-  int64_t tokens = 0;     // real (non-padding) tokens
+  int64_t tokens = 0;  // real (non-padding) tokens
 };
 
 class Packer {

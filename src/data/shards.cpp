@@ -15,7 +15,8 @@ constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 8 + 4 + 4;
 
 template <typename T>
 void put(std::string& out, T value) {
-  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((static_cast<uint64_t>(value) >> (8 * i)) & 0xff));
+  for (size_t i = 0; i < sizeof(T); ++i)
+    out.push_back(static_cast<char>((static_cast<uint64_t>(value) >> (8 * i)) & 0xff));
 }
 
 template <typename T>
@@ -57,7 +58,8 @@ void write_shard(const std::string& path, const std::vector<Document>& documents
   for (const auto& d : documents)
     for (int64_t t : d.tokens) {
       LOL_CHECK(t >= 0 && t < vocab_size, "shard: token id ", t, " outside [0, ", vocab_size, ")");
-      width == 2 ? put<uint16_t>(out, static_cast<uint16_t>(t)) : put<uint32_t>(out, static_cast<uint32_t>(t));
+      width == 2 ? put<uint16_t>(out, static_cast<uint16_t>(t))
+                 : put<uint32_t>(out, static_cast<uint32_t>(t));
     }
   auto put_mask = [&](bool router_only) {
     for (const auto& d : documents) {
@@ -75,10 +77,13 @@ void write_shard(const std::string& path, const std::vector<Document>& documents
 
 std::vector<Document> read_shard(const std::string& path, int64_t* vocab_size_out) {
   const std::string in = read_text_file(path);
-  LOL_CHECK(in.size() >= kHeaderBytes, path, ": truncated shard (", in.size(), " bytes, header needs ", kHeaderBytes, ")");
-  LOL_CHECK(std::memcmp(in.data(), kShardMagic, 8) == 0, path, ": not a lol token shard (bad magic)");
+  LOL_CHECK(in.size() >= kHeaderBytes, path, ": truncated shard (", in.size(),
+            " bytes, header needs ", kHeaderBytes, ")");
+  LOL_CHECK(std::memcmp(in.data(), kShardMagic, 8) == 0, path,
+            ": not a lol token shard (bad magic)");
   const auto version = get<uint32_t>(in, 8);
-  LOL_CHECK(version == kShardVersion, path, ": shard version ", version, " is not supported (expected ", kShardVersion, ")");
+  LOL_CHECK(version == kShardVersion, path, ": shard version ", version,
+            " is not supported (expected ", kShardVersion, ")");
   const auto width = get<uint32_t>(in, 12);
   LOL_CHECK(width == 2 || width == 4, path, ": token width ", width, " must be 2 or 4 bytes");
   const auto vocab = get<uint64_t>(in, 16);
@@ -86,10 +91,12 @@ std::vector<Document> read_shard(const std::string& path, int64_t* vocab_size_ou
   const auto tokens = get<uint64_t>(in, 32);
   const auto flags = get<uint32_t>(in, 40);
   LOL_CHECK(vocab > 0 && vocab <= (1ull << 32), path, ": vocab size ", vocab, " is invalid");
-  LOL_CHECK(docs <= in.size() / 24 && tokens <= in.size(), path, ": header counts (", docs, " documents, ", tokens, " tokens) exceed the file");
+  LOL_CHECK(docs <= in.size() / 24 && tokens <= in.size(), path, ": header counts (", docs,
+            " documents, ", tokens, " tokens) exceed the file");
   const uint64_t masks = ((flags & kHasRouterOnly) ? 1 : 0) + ((flags & kHasLossMask) ? 1 : 0);
   const uint64_t expected = kHeaderBytes + docs * 24 + tokens * width + masks * tokens;
-  LOL_CHECK(in.size() == expected, path, ": size ", in.size(), " bytes does not match the header (expected ", expected, ")");
+  LOL_CHECK(in.size() == expected, path, ": size ", in.size(),
+            " bytes does not match the header (expected ", expected, ")");
   std::vector<Document> out(docs);
   const size_t token_base = kHeaderBytes + docs * 24;
   const size_t ro_base = token_base + tokens * width;
@@ -100,8 +107,10 @@ std::vector<Document> read_shard(const std::string& path, int64_t* vocab_size_ou
     const auto start = get<uint64_t>(in, row), length = get<uint64_t>(in, row + 8),
                prompt = get<uint64_t>(in, row + 16);
     LOL_CHECK(start == expected_start && length <= tokens - start, path, ": document ", d,
-              " has start ", start, " and length ", length, " (expected contiguous documents within ", tokens, " tokens)");
-    LOL_CHECK(prompt <= length, path, ": document ", d, " prompt length ", prompt, " exceeds its length ", length);
+              " has start ", start, " and length ", length,
+              " (expected contiguous documents within ", tokens, " tokens)");
+    LOL_CHECK(prompt <= length, path, ": document ", d, " prompt length ", prompt,
+              " exceeds its length ", length);
     expected_start = start + length;
     auto& doc = out[d];
     doc.prompt_len = static_cast<int64_t>(prompt);
@@ -109,7 +118,8 @@ std::vector<Document> read_shard(const std::string& path, int64_t* vocab_size_ou
     for (uint64_t i = 0; i < length; ++i) {
       const uint64_t id = width == 2 ? get<uint16_t>(in, token_base + (start + i) * 2)
                                      : get<uint32_t>(in, token_base + (start + i) * 4);
-      LOL_CHECK(id < vocab, path, ": document ", d, " token ", i, " has id ", id, " outside the vocabulary of ", vocab);
+      LOL_CHECK(id < vocab, path, ": document ", d, " token ", i, " has id ", id,
+                " outside the vocabulary of ", vocab);
       doc.tokens[i] = static_cast<int64_t>(id);
     }
     if (flags & kHasRouterOnly)
@@ -117,7 +127,8 @@ std::vector<Document> read_shard(const std::string& path, int64_t* vocab_size_ou
     if (flags & kHasLossMask)
       doc.loss_mask.assign(in.begin() + loss_base + start, in.begin() + loss_base + start + length);
   }
-  LOL_CHECK(expected_start == tokens, path, ": documents cover ", expected_start, " of ", tokens, " tokens");
+  LOL_CHECK(expected_start == tokens, path, ": documents cover ", expected_start, " of ", tokens,
+            " tokens");
   if (vocab_size_out) *vocab_size_out = static_cast<int64_t>(vocab);
   return out;
 }

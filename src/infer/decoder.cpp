@@ -29,16 +29,16 @@ struct Decoder::Layer {
   Kind kind = Kind::kFull;
   std::string hook_name;  // prefill input: "prelude_in", "core_in", "coda_in"
   int64_t hook_index = 0;
-  Block block{nullptr};   // fixed blocks
-  int64_t depth = 0;      // routed / windowed core: 1-based depth
-  int64_t delta = 0;      // window offset
+  Block block{nullptr};  // fixed blocks
+  int64_t depth = 0;     // routed / windowed core: 1-based depth
+  int64_t delta = 0;     // window offset
   std::unique_ptr<KVCache> cache;
   // Windowed layers: the current window of each sequence.
   std::vector<int64_t> ordinal;
   // Routed layers: the route and router state of each sequence's current window.
   std::vector<int64_t> expert;
-  torch::Tensor gate;                     // (B)
-  torch::Tensor window_sum, closed_sum;   // (B, d)
+  torch::Tensor gate;                    // (B)
+  torch::Tensor window_sum, closed_sum;  // (B, d)
   std::vector<int64_t> window_count;
 };
 
@@ -68,7 +68,8 @@ int64_t Decoder::core_state_bytes() const {
 int64_t Decoder::growing_cache_bytes() const {
   int64_t bytes = 0;
   for (const auto& l : layers_)
-    if (l->kind == Layer::Kind::kFull || l->kind == Layer::Kind::kSliding) bytes += l->cache->bytes();
+    if (l->kind == Layer::Kind::kFull || l->kind == Layer::Kind::kSliding)
+      bytes += l->cache->bytes();
   return bytes;
 }
 
@@ -93,7 +94,8 @@ DecodeOutput Decoder::prefill(const std::vector<Prompt>& prompts) {
     const int64_t n = static_cast<int64_t>(p.tokens.size());
     for (int64_t i = 0; i < n; ++i) batch.tokens[b][i] = p.tokens[i];
     for (int64_t r : p.router_only) {
-      LOL_CHECK(r >= 0 && r < n, "router-only position ", r, " is outside prompt ", b, " of ", n, " tokens");
+      LOL_CHECK(r >= 0 && r < n, "router-only position ", r, " is outside prompt ", b, " of ", n,
+                " tokens");
       batch.router_only[b][r] = true;
     }
     batch.documents[b] = {DocumentSpan{0, n, p.prompt_len}};
@@ -141,7 +143,7 @@ DecodeOutput Decoder::prefill(const std::vector<Prompt>& prompts) {
   } else {
     auto blocks = model_->core().blocks();
     for (int64_t d = 1; d <= c.core_depth; ++d) {
-      const auto kind = c.core_attention == "sliding" ? Layer::Kind::kSliding
+      const auto kind = c.core_attention == "sliding"   ? Layer::Kind::kSliding
                         : c.core_attention == "strided" ? Layer::Kind::kWindow
                                                         : Layer::Kind::kFull;
       auto l = make_layer(kind, "core_in", d);
@@ -202,7 +204,8 @@ DecodeOutput Decoder::prefill(const std::vector<Prompt>& prompts) {
       l.expert[b] = decision.experts[w];
       l.gate[b] = decision.gates[w];
       FilmRows film = lol_core.film_rows(l.depth);
-      keep_range(b, win.start, win.start + win.length, Block(lol_core.library->ptr<BlockImpl>(l.expert[b])), &film);
+      keep_range(b, win.start, win.start + win.length,
+                 Block(lol_core.library->ptr<BlockImpl>(l.expert[b])), &film);
       l.window_sum[b] = x.narrow(0, win.start, win.length).sum(0);
       l.window_count[b] = win.length;
       // Closed windows: the sum of their means (r_k = closed_sum / k).
@@ -214,9 +217,17 @@ DecodeOutput Decoder::prefill(const std::vector<Prompt>& prompts) {
       auto probs = decision.probs.to(torch::kCPU, torch::kFloat64).contiguous();
       auto gates = decision.gates.to(torch::kCPU, torch::kFloat64);
       for (int64_t j = w - win.ordinal; j <= w; ++j) {
-        DecodeRoute route{b, l.depth, part.windows[j].ordinal, part.windows[j].start - doc.start,
-                          decision.experts[j], decision.router_choice[j], gates[j].item<double>(),
-                          decision.margins[j], decision.forced_expert[j] != 0, decision.forced_gate[j] != 0, {}};
+        DecodeRoute route{b,
+                          l.depth,
+                          part.windows[j].ordinal,
+                          part.windows[j].start - doc.start,
+                          decision.experts[j],
+                          decision.router_choice[j],
+                          gates[j].item<double>(),
+                          decision.margins[j],
+                          decision.forced_expert[j] != 0,
+                          decision.forced_gate[j] != 0,
+                          {}};
         auto p = probs[j];
         route.probs.assign(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
         out.routes.push_back(route);
@@ -236,11 +247,13 @@ DecodeOutput Decoder::prefill(const std::vector<Prompt>& prompts) {
 }
 
 torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary& rotary,
-                                 const std::vector<uint8_t>& router_only, std::vector<DecodeRoute>* routes) {
+                                 const std::vector<uint8_t>& router_only,
+                                 std::vector<DecodeRoute>* routes) {
   const auto& c = model_->config();
   const int64_t B = batch();
   auto attend = [&](const BlockImpl::QKV& qkv, int64_t band) {
-    return l.cache->attend(rotary.apply(qkv.q), rotary.apply(qkv.k), qkv.v, positions_, router_only, band);
+    return l.cache->attend(rotary.apply(qkv.q), rotary.apply(qkv.k), qkv.v, positions_, router_only,
+                           band);
   };
   if (l.kind != Layer::Kind::kRouted) {
     if (l.kind == Layer::Kind::kWindow)
@@ -252,7 +265,8 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
         }
       }
     const int64_t band = l.kind == Layer::Kind::kSliding ? c.window : 0;
-    auto y = run_slices(x, {{l.block, 0, B}}, nullptr, [&](const BlockImpl::QKV& qkv) { return attend(qkv, band); });
+    auto y = run_slices(x, {{l.block, 0, B}}, nullptr,
+                        [&](const BlockImpl::QKV& qkv) { return attend(qkv, band); });
     stats_.block_calls += 1;
     stats_.weight_bytes += block_bytes_read(l.block);
     return y;
@@ -265,7 +279,8 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
   for (int64_t b = 0; b < B; ++b) {
     const int64_t k = window_ordinal(positions_[b], prompt_lens_[b], c.window, l.delta);
     if (k == l.ordinal[b]) continue;
-    if (l.ordinal[b] >= 0) l.closed_sum[b] += l.window_sum[b] / static_cast<double>(l.window_count[b]);
+    if (l.ordinal[b] >= 0)
+      l.closed_sum[b] += l.window_sum[b] / static_cast<double>(l.window_count[b]);
     l.window_sum[b].zero_();
     l.window_count[b] = 0;
     l.cache->clear(b);
@@ -277,7 +292,8 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
     auto rows = torch::tensor(opening, torch::kInt64).to(device_);
     auto ord = torch::tensor(ordinals, torch::kInt64).to(device_);
     auto first = (x.index_select(0, rows) + lol_core.router->depth_vectors[l.depth - 1]) / 2;
-    auto prefix = l.closed_sum.index_select(0, rows) / ord.clamp_min(1).to(torch::kFloat32).unsqueeze(1);
+    auto prefix =
+        l.closed_sum.index_select(0, rows) / ord.clamp_min(1).to(torch::kFloat32).unsqueeze(1);
     auto inputs = torch::where((ord == 0).unsqueeze(1), first, prefix);
     auto probs = lol_core.router->probabilities(inputs, l.depth, false);
     auto decision = select_experts(probs, lol_core.router->balance_bias, l.depth, ordinals, force_);
@@ -288,9 +304,17 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
       l.expert[b] = decision.experts[i];
       l.gate[b] = decision.gates[static_cast<int64_t>(i)];
       if (routes) {
-        DecodeRoute route{b, l.depth, ordinals[i], positions_[b], decision.experts[i], decision.router_choice[i],
-                          g64[static_cast<int64_t>(i)].item<double>(), decision.margins[i],
-                          decision.forced_expert[i] != 0, decision.forced_gate[i] != 0, {}};
+        DecodeRoute route{b,
+                          l.depth,
+                          ordinals[i],
+                          positions_[b],
+                          decision.experts[i],
+                          decision.router_choice[i],
+                          g64[static_cast<int64_t>(i)].item<double>(),
+                          decision.margins[i],
+                          decision.forced_expert[i] != 0,
+                          decision.forced_gate[i] != 0,
+                          {}};
         auto p = p64[static_cast<int64_t>(i)];
         route.probs.assign(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
         routes->push_back(route);
@@ -309,7 +333,8 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
     stats_.weight_bytes += parameter_bytes(*s.block);
   }
   if (groups.identity) {
-    auto y = run_slices(x, groups.slices, &film, [&](const BlockImpl::QKV& qkv) { return attend(qkv, 0); });
+    auto y = run_slices(x, groups.slices, &film,
+                        [&](const BlockImpl::QKV& qkv) { return attend(qkv, 0); });
     return x + l.gate.unsqueeze(1) * (y - x);
   }
   auto perm = torch::tensor(groups.perm, torch::kInt64).to(device_);
@@ -371,23 +396,30 @@ void Decoder::retain(const std::vector<int64_t>& keep) {
   }
 }
 
-DecodeOutput Decoder::step(const std::vector<int64_t>& tokens, const std::vector<uint8_t>& router_only_in) {
+DecodeOutput Decoder::step(const std::vector<int64_t>& tokens,
+                           const std::vector<uint8_t>& router_only_in) {
   torch::NoGradGuard no_grad;
   const auto& c = model_->config();
   const int64_t B = batch();
   LOL_CHECK(B > 0, "decode step before prefill");
-  LOL_CHECK(static_cast<int64_t>(tokens.size()) == B, "decode step needs one token per sequence (", B, "), got ", tokens.size());
-  for (auto t : tokens) LOL_CHECK(t >= 0 && t < c.vocab_size, "token id ", t, " is outside the vocabulary [0, ", c.vocab_size, ")");
-  std::vector<uint8_t> router_only = router_only_in.empty() ? std::vector<uint8_t>(B, 0) : router_only_in;
+  LOL_CHECK(static_cast<int64_t>(tokens.size()) == B, "decode step needs one token per sequence (",
+            B, "), got ", tokens.size());
+  for (auto t : tokens)
+    LOL_CHECK(t >= 0 && t < c.vocab_size, "token id ", t, " is outside the vocabulary [0, ",
+              c.vocab_size, ")");
+  std::vector<uint8_t> router_only =
+      router_only_in.empty() ? std::vector<uint8_t>(B, 0) : router_only_in;
   DecodeOutput out;
   stats_ = StepStats{};
   using Clock = std::chrono::steady_clock;
-  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
   auto t0 = Clock::now();
   auto x = model_->embed->forward(torch::tensor(tokens, torch::kInt64).to(device_));  // (B, d)
   // Every layer rotates at the same positions this step.
-  const auto rotary =
-      Rotary::at_positions(torch::tensor(positions_, torch::kInt64).to(device_), c.head_dim(), c.rope_theta);
+  const auto rotary = Rotary::at_positions(torch::tensor(positions_, torch::kInt64).to(device_),
+                                           c.head_dim(), c.rope_theta);
   for (auto& l : layers_) {
     auto t = Clock::now();
     x = run_layer(*l, x, rotary, router_only, &out.routes);

@@ -49,14 +49,15 @@ class Decoder {
   // On a decoder that holds no batch yet it is prefill().
   DecodeOutput admit(const std::vector<Prompt>& prompts);
   // One token per sequence (router_only: per sequence, empty = none).
-  DecodeOutput step(const std::vector<int64_t>& tokens, const std::vector<uint8_t>& router_only = {});
+  DecodeOutput step(const std::vector<int64_t>& tokens,
+                    const std::vector<uint8_t>& router_only = {});
   // Keeps only the sequences `keep` (strictly increasing indices into the current batch);
   // sequence i afterwards is keep[i] before. Finished generations stop costing compute.
   void retain(const std::vector<int64_t>& keep);
 
   int64_t batch() const { return static_cast<int64_t>(positions_.size()); }
   int64_t position(int64_t sequence) const { return positions_[sequence]; }
-  int64_t core_state_bytes() const;   // routed/windowed core state, all sequences
+  int64_t core_state_bytes() const;     // routed/windowed core state, all sequences
   int64_t growing_cache_bytes() const;  // prelude, coda and full/sliding core caches
 
   // What the latest step did: block calls (a routed depth counts one per distinct expert in

@@ -15,8 +15,8 @@ void SamplingOptions::validate() const {
 }
 
 Prompt prompt_from_document(const Document& doc, int64_t length) {
-  LOL_CHECK(length > 0 && length <= static_cast<int64_t>(doc.tokens.size()), "prompt length ", length,
-            " is outside the document of ", doc.tokens.size(), " tokens");
+  LOL_CHECK(length > 0 && length <= static_cast<int64_t>(doc.tokens.size()), "prompt length ",
+            length, " is outside the document of ", doc.tokens.size(), " tokens");
   Prompt p;
   p.tokens.assign(doc.tokens.begin(), doc.tokens.begin() + length);
   p.prompt_len = doc.prompt_len;
@@ -25,9 +25,11 @@ Prompt prompt_from_document(const Document& doc, int64_t length) {
   return p;
 }
 
-int64_t sample_token(const torch::Tensor& logits_in, const SamplingOptions& o, torch::Generator& generator) {
+int64_t sample_token(const torch::Tensor& logits_in, const SamplingOptions& o,
+                     torch::Generator& generator) {
   auto logits = logits_in.to(torch::kCPU, torch::kFloat32);
-  if (o.vocab_limit > 0 && o.vocab_limit < logits.size(0)) logits = logits.narrow(0, 0, o.vocab_limit);
+  if (o.vocab_limit > 0 && o.vocab_limit < logits.size(0))
+    logits = logits.narrow(0, 0, o.vocab_limit);
   if (o.temperature <= 0) return logits.argmax().item<int64_t>();
   logits = logits / o.temperature;
   if (o.top_k > 0 && o.top_k < logits.size(0)) {
@@ -55,8 +57,8 @@ torch::Generator sequence_generator(uint64_t seed, int64_t sequence) {
 }
 
 std::vector<Generation> generate(LanguageModel model, const std::vector<Prompt>& prompts,
-                                 const SamplingOptions& options, torch::Device device, const ForcedPath* force,
-                                 const BatchOptions& batching) {
+                                 const SamplingOptions& options, torch::Device device,
+                                 const ForcedPath* force, const BatchOptions& batching) {
   options.validate();
   LOL_CHECK(!prompts.empty(), "generate needs at least one prompt");
   LOL_CHECK(batching.max_batch >= 0, "the batch size must be >= 0 (0: all prompts at once), got ",
@@ -85,8 +87,8 @@ std::vector<Generation> generate(LanguageModel model, const std::vector<Prompt>&
     next[r] = sample_token(logits, options, generators[b]);
     auto& g = gens[b];
     g.tokens.push_back(next[r]);
-    const bool stop_token =
-        std::find(options.stop_tokens.begin(), options.stop_tokens.end(), next[r]) != options.stop_tokens.end();
+    const bool stop_token = std::find(options.stop_tokens.begin(), options.stop_tokens.end(),
+                                      next[r]) != options.stop_tokens.end();
     if (stop_token || (options.stop && options.stop(b, g.tokens)))
       finish(b, "stop");
     else if (static_cast<int64_t>(g.tokens.size()) >= options.max_tokens ||

@@ -26,8 +26,8 @@ struct SamplingOptions {
 };
 
 struct Generation {
-  std::vector<int64_t> tokens;  // the continuation
-  std::string finish_reason;    // "stop" or "length"
+  std::vector<int64_t> tokens;      // the continuation
+  std::string finish_reason;        // "stop" or "length"
   std::vector<DecodeRoute> routes;  // every routing decision (prompt windows first), per step
 };
 
@@ -44,7 +44,8 @@ struct BatchOptions {
 Prompt prompt_from_document(const Document& doc, int64_t length);
 
 // Picks the next token from one row of logits (V).
-int64_t sample_token(const torch::Tensor& logits, const SamplingOptions& options, torch::Generator& generator);
+int64_t sample_token(const torch::Tensor& logits, const SamplingOptions& options,
+                     torch::Generator& generator);
 
 // The generator sequence `sequence` samples from: each sequence has its own, seeded from
 // (seed, sequence), so a prompt's continuation does not depend on the batch it ran in.
@@ -54,6 +55,7 @@ torch::Generator sequence_generator(uint64_t seed, int64_t sequence);
 // if alone, with its own generator).
 std::vector<Generation> generate(LanguageModel model, const std::vector<Prompt>& prompts,
                                  const SamplingOptions& options, torch::Device device,
-                                 const ForcedPath* force = nullptr, const BatchOptions& batching = {});
+                                 const ForcedPath* force = nullptr,
+                                 const BatchOptions& batching = {});
 
 }  // namespace lol

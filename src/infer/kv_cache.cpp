@@ -1,10 +1,10 @@
 #include "infer/kv_cache.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#include <ATen/Parallel.h>
 
 #include "model/cpu_fast.h"
 #include "util/error.h"
@@ -45,7 +45,9 @@ void KVCache::append(int64_t row, const torch::Tensor& k, const torch::Tensor& v
   length_[row] += n;
 }
 
-void KVCache::clear(int64_t row) { length_[row] = 0; }
+void KVCache::clear(int64_t row) {
+  length_[row] = 0;
+}
 
 void KVCache::retain(const std::vector<int64_t>& keep) {
   auto idx = torch::tensor(keep, torch::kInt64).to(k_.device());
@@ -60,7 +62,7 @@ void KVCache::append_rows(const KVCache& other) {
                 other.k_.scalar_type() == k_.scalar_type() && other.k_.device() == k_.device(),
             "append_rows: the caches differ in heads, head size, dtype or device");
   reserve(other.capacity_);
-  const int64_t capacity = capacity_;  // >= other's
+  const int64_t capacity = capacity_;                      // >= other's
   auto widen = [&](const torch::Tensor& t, int64_t dim) {  // other's slots to this capacity
     if (other.capacity_ == capacity) return t;
     auto shape = t.sizes().vec();
@@ -81,16 +83,16 @@ int64_t KVCache::bytes() const {
   return slots * 2 * kv_heads_ * head_dim_ * static_cast<int64_t>(k_.element_size());
 }
 
-torch::Tensor KVCache::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              const std::vector<int64_t>& positions,
+torch::Tensor KVCache::attend(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const std::vector<int64_t>& positions,
                               const std::vector<uint8_t>& router_only, int64_t band) {
   const int64_t batch = q.size(0), heads = q.size(1), group = heads / kv_heads_;
   const int64_t used = *std::max_element(length_.begin(), length_.end()) + 1;
   reserve(used);
   // Write the new token into slot length[b] of each row; it is visible to itself only.
   const bool cpu_kernel = k_.device().is_cpu() && k_.scalar_type() == torch::kFloat32 &&
-                          q.scalar_type() == torch::kFloat32 && k.scalar_type() == torch::kFloat32 &&
-                          v.scalar_type() == torch::kFloat32;
+                          q.scalar_type() == torch::kFloat32 &&
+                          k.scalar_type() == torch::kFloat32 && v.scalar_type() == torch::kFloat32;
   if (cpu_kernel) {
     const auto kc = k.contiguous(), vc = v.contiguous();
     const float* kin = kc.data_ptr<float>();
@@ -121,10 +123,13 @@ torch::Tensor KVCache::attend(const torch::Tensor& q, const torch::Tensor& k, co
   auto keys = k_.narrow(2, 0, used), values = v_.narrow(2, 0, used);  // (B, Hkv, used, dh)
   auto slot_index = torch::arange(used, torch::kInt64).to(k_.device()).unsqueeze(0);  // (1, used)
   auto allowed = slot_index <= slots.unsqueeze(1);  // stored slots and the new token
-  if (band > 0) allowed = allowed & (slot_position_.narrow(1, 0, used) > (position_t - band).unsqueeze(1));
+  if (band > 0)
+    allowed = allowed & (slot_position_.narrow(1, 0, used) > (position_t - band).unsqueeze(1));
   auto qg = q.view({batch, kv_heads_, group, head_dim_});
-  auto scores = torch::matmul(qg, keys.transpose(-1, -2)) / std::sqrt(static_cast<double>(head_dim_));
-  scores.masked_fill_(allowed.logical_not().view({batch, 1, 1, used}), -std::numeric_limits<float>::infinity());
+  auto scores =
+      torch::matmul(qg, keys.transpose(-1, -2)) / std::sqrt(static_cast<double>(head_dim_));
+  scores.masked_fill_(allowed.logical_not().view({batch, 1, 1, used}),
+                      -std::numeric_limits<float>::infinity());
   auto out = torch::matmul(torch::softmax(scores, -1), values);  // (B, Hkv, g, dh)
   for (int64_t b = 0; b < batch; ++b)
     if (!router_only[b]) ++length_[b];
@@ -145,8 +150,9 @@ namespace {
 // scores, softmax, weighted sum into o. Slots at positions <= limit are skipped (band);
 // `scores` has room for n floats.
 LOL_CPU_CLONES
-void attend_head(const float* q, const float* keys, const float* values, const int64_t* pos, int64_t n,
-                 int64_t dh, float scale, bool banded, int64_t limit, float* scores, float* o) {
+void attend_head(const float* q, const float* keys, const float* values, const int64_t* pos,
+                 int64_t n, int64_t dh, float scale, bool banded, int64_t limit, float* scores,
+                 float* o) {
   float best = -std::numeric_limits<float>::infinity();
   for (int64_t t = 0; t < n; ++t) {
     if (banded && pos[t] <= limit) {
@@ -176,7 +182,8 @@ constexpr int64_t kParallelBytes = 1024 << 10;
 // One pass over each row's own slots, (row, kv head) pairs spread over the threads: keys and
 // values are read once at memory speed instead of through many tiny GEMMs, and rows shorter
 // than the longest cost only their own length.
-torch::Tensor KVCache::attend_cpu(const torch::Tensor& q, const std::vector<int64_t>& positions, int64_t band) {
+torch::Tensor KVCache::attend_cpu(const torch::Tensor& q, const std::vector<int64_t>& positions,
+                                  int64_t band) {
   const int64_t batch = q.size(0), heads = q.size(1), group = heads / kv_heads_, dh = head_dim_;
   auto out = torch::empty({batch, heads * dh}, q.options());
   const float* qp = q.data_ptr<float>();
@@ -202,8 +209,8 @@ torch::Tensor KVCache::attend_cpu(const torch::Tensor& q, const std::vector<int6
       scores.resize(n);
       for (int64_t g = 0; g < group; ++g) {
         const int64_t head = h * group + g;
-        attend_head(qp + (b * heads + head) * dh, keys, values, pos, n, dh, scale, band > 0, positions[b] - band,
-                    scores.data(), op + b * heads * dh + head * dh);
+        attend_head(qp + (b * heads + head) * dh, keys, values, pos, n, dh, scale, band > 0,
+                    positions[b] - band, scores.data(), op + b * heads * dh + head * dh);
       }
     }
   });

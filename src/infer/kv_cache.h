@@ -3,9 +3,9 @@
 // owns a row; slots hold the keys and values of earlier tokens that other tokens may see
 // (router-only tokens attend to themselves but are never stored, SPEC 1.5). A windowed layer
 // clears a row when its window closes, so its size never exceeds the window.
-#include <vector>
-
 #include <torch/torch.h>
+
+#include <vector>
 
 namespace lol {
 
@@ -28,10 +28,11 @@ class KVCache {
   // positions <= position - band. Stores k/v unless the row's token is router-only.
   // Returns (B, H * dh).
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                       const std::vector<int64_t>& positions, const std::vector<uint8_t>& router_only,
-                       int64_t band = 0);
+                       const std::vector<int64_t>& positions,
+                       const std::vector<uint8_t>& router_only, int64_t band = 0);
   // Appends precomputed keys/values (prefill): k/v (n, Hkv, dh) for row b at `positions`.
-  void append(int64_t row, const torch::Tensor& k, const torch::Tensor& v, const std::vector<int64_t>& positions);
+  void append(int64_t row, const torch::Tensor& k, const torch::Tensor& v,
+              const std::vector<int64_t>& positions);
   void clear(int64_t row);  // the row's window closed
   // Keeps the rows `keep` (increasing indices), which become rows 0..n-1.
   void retain(const std::vector<int64_t>& keep);
@@ -39,11 +40,12 @@ class KVCache {
   // sequences into a running batch).
   void append_rows(const KVCache& other);
   int64_t length(int64_t row) const { return length_[row]; }
-  int64_t bytes() const;    // bytes of keys and values held (used slots)
+  int64_t bytes() const;  // bytes of keys and values held (used slots)
 
  private:
   void reserve(int64_t slots);
-  torch::Tensor attend_cpu(const torch::Tensor& q, const std::vector<int64_t>& positions, int64_t band);
+  torch::Tensor attend_cpu(const torch::Tensor& q, const std::vector<int64_t>& positions,
+                           int64_t band);
   int64_t kv_heads_, head_dim_;
   torch::Tensor k_, v_;          // (B, Hkv, capacity, dh)
   torch::Tensor slot_position_;  // (B, capacity) int64, position of the token in each slot

@@ -119,7 +119,8 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
 #if TORCH_VERSION_MAJOR >= 2
     auto out = at::scaled_dot_product_attention(qb, kb, vb, b.allowed);
 #else
-    auto scores = torch::matmul(qb, kb.transpose(-1, -2)).mul_(1.0 / std::sqrt(static_cast<double>(head_dim)));
+    auto scores = torch::matmul(qb, kb.transpose(-1, -2))
+                      .mul_(1.0 / std::sqrt(static_cast<double>(head_dim)));
     scores.masked_fill_(b.allowed.logical_not(), -std::numeric_limits<float>::infinity());
     auto out = torch::matmul(torch::softmax(scores, -1), vb);
 #endif

@@ -3,9 +3,9 @@
 // length are padded together into buckets and run as batched matmuls; the key rules of
 // SPEC 1.2 (causal, same segment, router-only tokens invisible to others, optional band)
 // are a boolean mask per bucket, built once per layout.
-#include <vector>
-
 #include <torch/torch.h>
+
+#include <vector>
 
 namespace lol {
 
@@ -36,7 +36,7 @@ AttentionPlan build_attention_plan(const std::vector<Segment>& segments,
 struct Rotary {
   torch::Tensor cos, sin;
   static Rotary at_positions(const torch::Tensor& positions, int64_t head_dim, double theta);
-  Rotary select(const torch::Tensor& rows) const;  // rows of a permuted layout
+  Rotary select(const torch::Tensor& rows) const;     // rows of a permuted layout
   torch::Tensor apply(const torch::Tensor& x) const;  // x: (n, heads, dh)
 };
 

@@ -16,7 +16,9 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_normalize(x, eps) * weight; }
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  return rms_normalize(x, eps) * weight;
+}
 
 FilmImpl::FilmImpl(int64_t depth, int64_t dim) {
   gamma = register_parameter("gamma", torch::ones({depth, dim}));
@@ -50,9 +52,9 @@ torch::Tensor Projection::apply(const torch::Tensor& x, const std::vector<torch:
   {
     std::lock_guard<std::mutex> lock(mutex_);
     w = weight(parts);
-    const bool small = x.dim() == 2 && x.size(0) <= kSmallGemmMaxRows && x.size(0) > 0 && x.device().is_cpu() &&
-                       x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
-                       small_gemm_supported();
+    const bool small = x.dim() == 2 && x.size(0) <= kSmallGemmMaxRows && x.size(0) > 0 &&
+                       x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
+                       w.scalar_type() == torch::kFloat32 && small_gemm_supported();
     if (small) {
       if (!panels_.defined()) panels_ = pack_panels(w);
       panels = panels_;
@@ -107,9 +109,9 @@ torch::Tensor MoeFeedForwardImpl::forward(const torch::Tensor& x) {
   // p = softmax(router(x)); experts chosen by top-k of p + bias; each weighted by its p
   // (not renormalised, so top-1 still passes gradient to the router).
   const int64_t n = x.size(0), num_experts = static_cast<int64_t>(experts->size());
-  auto probs = torch::softmax(router->forward(x), -1);                   // (n, E)
+  auto probs = torch::softmax(router->forward(x), -1);                         // (n, E)
   auto choice = std::get<1>((probs.detach() + balance_bias).topk(top_k, -1));  // (n, k)
-  auto gates = probs.gather(1, choice);                                  // (n, k)
+  auto gates = probs.gather(1, choice);                                        // (n, k)
   auto choice_cpu = choice.to(torch::kCPU).contiguous();
   const int64_t* chosen = choice_cpu.data_ptr<int64_t>();
   std::vector<std::vector<int64_t>> rows(num_experts), slots(num_experts);
@@ -127,7 +129,8 @@ torch::Tensor MoeFeedForwardImpl::forward(const torch::Tensor& x) {
     auto idx = torch::tensor(rows[e], torch::kInt64).to(x.device());
     auto slot = torch::tensor(slots[e], torch::kInt64).to(x.device());
     auto y = experts[e]->as<FeedForward>()->forward(x.index_select(0, idx));
-    out = out.index_add(0, idx, (y * flat_gates.index_select(0, slot).unsqueeze(1)).to(out.scalar_type()));
+    out = out.index_add(0, idx,
+                        (y * flat_gates.index_select(0, slot).unsqueeze(1)).to(out.scalar_type()));
   }
   return out;
 }
@@ -170,7 +173,8 @@ BlockImpl::QKV BlockImpl::attention_inputs(const torch::Tensor& x, const FilmRow
 }
 
 RowGroups group_rows(const std::vector<int64_t>& block_of_row, const std::vector<Block>& blocks) {
-  const int64_t n = static_cast<int64_t>(block_of_row.size()), L = static_cast<int64_t>(blocks.size());
+  const int64_t n = static_cast<int64_t>(block_of_row.size()),
+                L = static_cast<int64_t>(blocks.size());
   std::vector<int64_t> counts(L, 0);
   for (auto b : block_of_row) counts[b]++;
   std::vector<int64_t> offsets(L, 0);
@@ -200,17 +204,16 @@ torch::Tensor slice_rows(const torch::Tensor& t, const BlockSlice& s) {
 }
 }  // namespace
 
-torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices, const FilmRows* film,
-                         const AttendFn& attend_rows) {
+torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
+                         const FilmRows* film, const AttendFn& attend_rows) {
   const double eps = slices.front().block->attn_norm->eps;
   // Attention sublayer: normalise all rows once, then each slice's norm weight, FiLM and q|k|v.
   auto normalized = rms_normalize(x, eps);
   std::vector<torch::Tensor> fused;
   for (auto& s : slices)
-    fused.push_back(s.block->project_qkv(BlockImpl::sublayer_input(slice_rows(normalized, s),
-                                                                   s.block->attn_norm,
-                                                                   film ? &film->attn_gamma : nullptr,
-                                                                   film ? &film->attn_beta : nullptr)));
+    fused.push_back(s.block->project_qkv(BlockImpl::sublayer_input(
+        slice_rows(normalized, s), s.block->attn_norm, film ? &film->attn_gamma : nullptr,
+        film ? &film->attn_beta : nullptr)));
   auto attended = attend_rows(slices.front().block->split_qkv(cat_rows(fused)));
   std::vector<torch::Tensor> outs;
   for (auto& s : slices) {
@@ -224,7 +227,8 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
   bool any_moe = false;
   for (auto& s : slices) {
     inputs.push_back(BlockImpl::sublayer_input(slice_rows(normalized, s), s.block->ffn_norm,
-                                               film ? &film->ffn_gamma : nullptr, film ? &film->ffn_beta : nullptr));
+                                               film ? &film->ffn_gamma : nullptr,
+                                               film ? &film->ffn_beta : nullptr));
     any_moe = any_moe || s.block->moe;
   }
   std::vector<torch::Tensor> ffn_out;

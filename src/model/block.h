@@ -2,11 +2,11 @@
 // Transformer blocks (SPEC 1.1): pre-norm, bias-free, RMSNorm, rotary GQA attention, SwiGLU,
 // and the token-routed MoE feed-forward of the moe family. Children are registered under the
 // canonical checkpoint names (attn_norm, attn.q, ffn.gate, ...).
+#include <torch/torch.h>
+
 #include <functional>
 #include <mutex>
 #include <optional>
-
-#include <torch/torch.h>
 
 #include "model/attention.h"
 #include "model/config.h"
@@ -57,7 +57,8 @@ class Projection {
   torch::Tensor apply(const torch::Tensor& x, const std::vector<torch::Tensor>& parts);
 
  private:
-  torch::Tensor weight(const std::vector<torch::Tensor>& parts);  // cached stack (no grad), lock held
+  torch::Tensor weight(
+      const std::vector<torch::Tensor>& parts);  // cached stack (no grad), lock held
   std::mutex mutex_;
   torch::Tensor cached_, panels_;
   std::vector<const void*> data_;
@@ -80,7 +81,7 @@ struct MoeFeedForwardImpl : torch::nn::Module {
   torch::nn::Linear router{nullptr};  // (E, d)
   torch::Tensor balance_bias;         // (E) buffer, moved by the trainer, not by gradient
   int64_t top_k;
-  std::vector<int64_t> last_load;     // tokens per expert in the latest forward
+  std::vector<int64_t> last_load;  // tokens per expert in the latest forward
 };
 TORCH_MODULE(MoeFeedForward);
 
@@ -135,8 +136,8 @@ using AttendFn = std::function<torch::Tensor(const BlockImpl::QKV&)>;
 // all rows between the per-slice projections and the per-slice output projection and
 // feed-forward. Work that does not depend on the block (RMS normalisation, SwiGLU, residuals)
 // runs once over all rows. A dense layer is one slice; a routed depth one slice per expert.
-torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices, const FilmRows* film,
-                         const AttendFn& attend_rows);
+torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
+                         const FilmRows* film, const AttendFn& attend_rows);
 
 // run_slices with attention over a plan (training and prefill): perm / inverse_perm as in attend().
 torch::Tensor run_blocks(const torch::Tensor& x, std::vector<BlockSlice> slices,

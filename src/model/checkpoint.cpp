@@ -70,7 +70,8 @@ TensorMap read_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   LOL_CHECK(in.good(), path, ": cannot open");
   const uint64_t file_size = static_cast<uint64_t>(in.tellg());
-  LOL_CHECK(file_size >= 8, path, ": truncated: ", file_size, " bytes, shorter than the 8-byte header length");
+  LOL_CHECK(file_size >= 8, path, ": truncated: ", file_size,
+            " bytes, shorter than the 8-byte header length");
   in.seekg(0);
   unsigned char prefix[8];
   in.read(reinterpret_cast<char*>(prefix), 8);
@@ -111,8 +112,8 @@ TensorMap read_safetensors(const std::string& path) {
       LOL_CHECK(dim.is_number_unsigned() || (dim.is_number_integer() && dim.get<int64_t>() >= 0),
                 where, ": shape must hold non-negative integers, got ", value["shape"].dump());
       const uint64_t size = dim.get<uint64_t>();
-      LOL_CHECK(size == 0 || elements <= data_size / size, where, ": shape ",
-                value["shape"].dump(), " is larger than the file");
+      LOL_CHECK(size == 0 || elements <= data_size / size, where, ": shape ", value["shape"].dump(),
+                " is larger than the file");
       elements *= size;
       e.shape.push_back(static_cast<int64_t>(size));
     }
@@ -155,7 +156,8 @@ TensorMap read_safetensors(const std::string& path) {
 void save_model(const LanguageModel& model, const std::string& dir) {
   make_directories(dir);
   TensorMap tensors;
-  for (const auto& [name, tensor] : model->named_state()) tensors[name] = tensor.to(torch::kFloat32);
+  for (const auto& [name, tensor] : model->named_state())
+    tensors[name] = tensor.to(torch::kFloat32);
   write_safetensors(dir + "/model.safetensors", tensors,
                     {{"format", "pt"}, {"family", model->config().family}});
   write_file_atomic(dir + "/config.json", model->config().to_json().dump(2) + "\n");
@@ -192,8 +194,8 @@ void load_state(LanguageModel& model, const TensorMap& tensors, const std::strin
     for (const auto& [name, t] : tensors) {
       bool known = std::any_of(expected.begin(), expected.end(),
                                [&](const auto& e) { return e.first == name; });
-      LOL_CHECK(known, source, ": unexpected tensor '", name,
-                "' (not part of a ", model->config().family, " model with this config)");
+      LOL_CHECK(known, source, ": unexpected tensor '", name, "' (not part of a ",
+                model->config().family, " model with this config)");
     }
   }
 }

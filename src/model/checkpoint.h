@@ -2,10 +2,10 @@
 // Model directories: config.json + model.safetensors (SPEC 2). Reading validates every byte
 // it trusts: header size, JSON, dtypes, shapes, offsets (in range, no overlap, no hole), then
 // names and shapes against the model the config describes.
+#include <torch/torch.h>
+
 #include <map>
 #include <string>
-
-#include <torch/torch.h>
 
 #include "model/model.h"
 

@@ -48,8 +48,7 @@ void check_non_negative(const char* name, int64_t value) {
   LOL_CHECK(value >= 0, name, " must be >= 0, got ", value);
 }
 void check_finite_non_negative(const char* name, double value) {
-  LOL_CHECK(std::isfinite(value) && value >= 0, name, " must be a finite number >= 0, got ",
-            value);
+  LOL_CHECK(std::isfinite(value) && value >= 0, name, " must be a finite number >= 0, got ", value);
 }
 }  // namespace
 
@@ -81,8 +80,7 @@ void ModelConfig::validate() const {
             rope_theta);
   LOL_CHECK(std::isfinite(norm_eps) && norm_eps > 0, "norm_eps must be > 0, got ", norm_eps);
   LOL_CHECK(std::isfinite(init_std) && init_std > 0, "init_std must be > 0, got ", init_std);
-  LOL_CHECK(core_attention == "full" || core_attention == "sliding" ||
-                core_attention == "strided",
+  LOL_CHECK(core_attention == "full" || core_attention == "sliding" || core_attention == "strided",
             "core_attention must be one of full, sliding, strided; got '", core_attention, "'");
   if (family == "lol") check_positive("library_size", library_size);
   if (family == "looped") {
@@ -92,12 +90,14 @@ void ModelConfig::validate() const {
   }
   if (family == "moe") {
     check_positive("moe_experts", moe_experts);
-    LOL_CHECK(moe_top_k >= 1 && moe_top_k <= moe_experts, "moe_top_k must be in [1, moe_experts=",
-              moe_experts, "], got ", moe_top_k);
+    LOL_CHECK(moe_top_k >= 1 && moe_top_k <= moe_experts,
+              "moe_top_k must be in [1, moe_experts=", moe_experts, "], got ", moe_top_k);
   }
 }
 
-json ModelConfig::to_json() const { return fields_to_json(fields(), *this); }
+json ModelConfig::to_json() const {
+  return fields_to_json(fields(), *this);
+}
 
 ModelConfig ModelConfig::from_json(const json& object) {
   ModelConfig config;
@@ -140,7 +140,8 @@ ModelConfig load_model_config(const std::string& preset_or_path,
   } catch (const Error& e) {
     fail(path, ": ", e.what());
   }
-  for (const auto& assignment : overrides) apply_override(ModelConfig::fields(), assignment, config);
+  for (const auto& assignment : overrides)
+    apply_override(ModelConfig::fields(), assignment, config);
   config.validate();
   return config;
 }

@@ -25,16 +25,16 @@ struct ModelConfig {
   double router_noise_std = 0.0;  // std of Gaussian noise on router logits, training only
   double balance_rate = 1e-3;     // u: loss-free balancing bias step (SPEC 1.7)
   std::string balance_count = "windows";  // windows | tokens: what a load counts
-  bool balance_window0 = false;   // count window 0 (content-independent route) in the load
-  double rope_theta = 10000.0;    // rotary base
-  double norm_eps = 1e-5;         // RMSNorm epsilon
-  bool tie_embeddings = true;     // LM head shares the embedding matrix
-  int64_t max_seq_len = 1024;     // longest document the model is meant for
-  std::string core_attention = "full";  // dense/looped/moe core: full | sliding | strided
-  int64_t loop_blocks = 1;        // R: distinct blocks of the looped core (core_depth % R == 0)
-  int64_t moe_experts = 4;        // FFN experts per MoE layer
-  int64_t moe_top_k = 1;          // experts per token in MoE layers
-  double init_std = 0.02;         // std of the normal initialisation of weight matrices
+  bool balance_window0 = false;           // count window 0 (content-independent route) in the load
+  double rope_theta = 10000.0;            // rotary base
+  double norm_eps = 1e-5;                 // RMSNorm epsilon
+  bool tie_embeddings = true;             // LM head shares the embedding matrix
+  int64_t max_seq_len = 1024;             // longest document the model is meant for
+  std::string core_attention = "full";    // dense/looped/moe core: full | sliding | strided
+  int64_t loop_blocks = 1;  // R: distinct blocks of the looped core (core_depth % R == 0)
+  int64_t moe_experts = 4;  // FFN experts per MoE layer
+  int64_t moe_top_k = 1;    // experts per token in MoE layers
+  double init_std = 0.02;   // std of the normal initialisation of weight matrices
 
   int64_t head_dim() const { return d_model / n_heads; }
   bool is_lol() const { return family == "lol"; }

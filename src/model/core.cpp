@@ -47,7 +47,8 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
   const auto device = x_in.device();
   torch::Tensor x = x_in;
   for (int64_t l = 1; l <= depth_count; ++l) {
-    const auto& part = layout.windows(config_.window, window_offset(l, config_.window, config_.stride));
+    const auto& part =
+        layout.windows(config_.window, window_offset(l, config_.window, config_.stride));
     if (options.hook) options.hook("core_in", l, x);
     RouteDecisions decision =
         router->route(x, l, part, layout, options.router_noise, options.force);
@@ -64,7 +65,8 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
     auto inverse_t = torch::tensor(groups.inverse, torch::kInt64).to(device);
     FilmRows film = film_rows(l);
     auto xp = x.index_select(0, perm_t);
-    auto yp = run_blocks(xp, groups.slices, rotary.select(perm_t), part.plan, &film, perm_t, inverse_t);
+    auto yp =
+        run_blocks(xp, groups.slices, rotary.select(perm_t), part.plan, &film, perm_t, inverse_t);
     // s = H + alpha * (E(H) - H), alpha per window broadcast to its tokens.
     auto alpha = decision.gates.index_select(0, part.token_window_t.index_select(0, perm_t));
     auto sp = xp + alpha.unsqueeze(1) * (yp - xp);
@@ -97,7 +99,7 @@ const AttentionPlan& StackCore::plan_for_layer(const Layout& layout, int64_t lay
 
 torch::Tensor StackCore::forward(const torch::Tensor& x_in, const Layout& layout,
                                  const Rotary& rotary, const ForwardOptions& options,
-                                 std::vector<RouteDecisions>* routes) {
+                                 std::vector<RouteDecisions>* /*routes*/) {
   const int64_t depth_count = executed_depth(options, config_.core_depth);
   torch::Tensor x = x_in;
   const int64_t n = layout.num_tokens();

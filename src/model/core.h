@@ -2,12 +2,12 @@
 // The middle of the model, one implementation per family (SPEC 1.9). Each core registers its
 // parameters on the model under the canonical names of SPEC 2; adding a family means one
 // new Core subclass and one line in make_core().
+#include <torch/torch.h>
+
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "model/block.h"
 #include "model/config.h"
@@ -20,13 +20,14 @@ namespace lol {
 // (N, ...) in flat token order: "prelude_in" / "coda_in" (block index, its input), "core_in"
 // (depth or layer, 1-based, its input), "router_input" / "router_probs" (depth, per window),
 // "core_depth_out", "prelude_out", "core_out".
-using TensorHook = std::function<void(const std::string& name, int64_t layer, const torch::Tensor&)>;
+using TensorHook =
+    std::function<void(const std::string& name, int64_t layer, const torch::Tensor&)>;
 
 struct ForwardOptions {
-  int64_t core_depth = -1;          // executed core depth D_t <= D (-1: all of D)
-  bool router_noise = false;        // add router logit noise (training)
+  int64_t core_depth = -1;    // executed core depth D_t <= D (-1: all of D)
+  bool router_noise = false;  // add router logit noise (training)
   const ForcedPath* force = nullptr;
-  TensorHook hook;                  // optional
+  TensorHook hook;  // optional
 };
 
 class Core {
@@ -34,8 +35,8 @@ class Core {
   virtual ~Core() = default;
   // x: (N, d) prelude output in flat order. Returns the core output; routed cores append one
   // RouteDecisions per executed depth to `routes`.
-  virtual torch::Tensor forward(const torch::Tensor& x, const Layout& layout,
-                                const Rotary& rotary, const ForwardOptions& options,
+  virtual torch::Tensor forward(const torch::Tensor& x, const Layout& layout, const Rotary& rotary,
+                                const ForwardOptions& options,
                                 std::vector<RouteDecisions>* routes) = 0;
   // Every block the core owns, for parameter counting and initialisation.
   virtual std::vector<Block> blocks() const = 0;

@@ -1,8 +1,8 @@
 #include "model/cpu_fast.h"
 
-#include <cmath>
-
 #include <ATen/Parallel.h>
+
+#include <cmath>
 
 namespace lol {
 namespace {
@@ -13,7 +13,8 @@ constexpr int64_t kRowGrain = 64;
 bool cpu_fast_path(std::initializer_list<const torch::Tensor*> tensors) {
   if (torch::GradMode::is_enabled()) return false;
   for (const auto* t : tensors)
-    if (t && (!t->device().is_cpu() || t->scalar_type() != torch::kFloat32 || !t->is_contiguous())) return false;
+    if (t && (!t->device().is_cpu() || t->scalar_type() != torch::kFloat32 || !t->is_contiguous()))
+      return false;
   return true;
 }
 
@@ -55,8 +56,8 @@ torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps) {
   return y;
 }
 
-torch::Tensor scale_shift_cpu(const torch::Tensor& x, const torch::Tensor& scale, const torch::Tensor* gamma,
-                              const torch::Tensor* beta) {
+torch::Tensor scale_shift_cpu(const torch::Tensor& x, const torch::Tensor& scale,
+                              const torch::Tensor* gamma, const torch::Tensor* beta) {
   const int64_t d = x.size(-1), n = x.numel() / d;
   auto y = torch::empty_like(x);
   const float* xp = x.data_ptr<float>();
@@ -77,9 +78,11 @@ torch::Tensor scale_shift_cpu(const torch::Tensor& x, const torch::Tensor& scale
   return y;
 }
 
-torch::Tensor rotary_cpu(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+torch::Tensor rotary_cpu(const torch::Tensor& x, const torch::Tensor& cos,
+                         const torch::Tensor& sin) {
   const int64_t n = x.size(0), heads = x.size(1), dh = x.size(2), half = dh / 2;
-  const int64_t row_stride = x.stride(0), head_stride = x.stride(1);  // q, k: views of a fused q|k|v
+  const int64_t row_stride = x.stride(0),
+                head_stride = x.stride(1);  // q, k: views of a fused q|k|v
   auto y = torch::empty({n, heads, dh}, x.options());
   const float* xp = x.data_ptr<float>();
   const float* cp = cos.data_ptr<float>();

@@ -15,7 +15,8 @@ namespace lol {
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline))
 #endif
-inline float dot(const float* a, const float* b, int64_t n) {
+inline float
+dot(const float* a, const float* b, int64_t n) {
   float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -32,14 +33,15 @@ bool cpu_fast_path(std::initializer_list<const torch::Tensor*> tensors);
 // x (n, d) -> x / sqrt(mean(x^2) + eps), row by row.
 torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps);
 // x (n, d) * scale (d) [* gamma (d)] [+ beta (d)]: a norm's weight and FiLM in one pass.
-torch::Tensor scale_shift_cpu(const torch::Tensor& x, const torch::Tensor& scale, const torch::Tensor* gamma,
-                              const torch::Tensor* beta);
+torch::Tensor scale_shift_cpu(const torch::Tensor& x, const torch::Tensor& scale,
+                              const torch::Tensor* gamma, const torch::Tensor* beta);
 // SwiGLU of a fused gate|up product (n, 2F) -> silu(gate) * up (n, F).
 torch::Tensor swiglu_cpu(const torch::Tensor& both);
 // Rotary rotation of x (n, heads, dh) by cos/sin (n, dh/2): halves (x1, x2) ->
 // (x1 c - x2 s, x2 c + x1 s). x may be a strided view whose last dimension is contiguous
 // (q or k cut from a fused q|k|v); the result is contiguous.
 bool rotary_fast_path(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
-torch::Tensor rotary_cpu(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+torch::Tensor rotary_cpu(const torch::Tensor& x, const torch::Tensor& cos,
+                         const torch::Tensor& sin);
 
 }  // namespace lol

@@ -55,10 +55,10 @@ Layout::Layout(const Batch& batch, int64_t vocab_size, torch::Device device) : d
               [](const DocumentSpan& a, const DocumentSpan& b) { return a.start < b.start; });
     int64_t end_of_previous = 0;
     for (const auto& span : spans) {
-      LOL_CHECK(span.length > 0 && span.start >= end_of_previous &&
-                    span.start + span.length <= columns_,
-                "row ", r, ": document [", span.start, ", ", span.start + span.length,
-                ") is empty, overlaps another or leaves the row of ", columns_, " columns");
+      LOL_CHECK(
+          span.length > 0 && span.start >= end_of_previous && span.start + span.length <= columns_,
+          "row ", r, ": document [", span.start, ", ", span.start + span.length,
+          ") is empty, overlaps another or leaves the row of ", columns_, " columns");
       LOL_CHECK(span.prompt_len >= 0, "row ", r, ": prompt length must be >= 0, got ",
                 span.prompt_len);
       end_of_previous = span.start + span.length;
@@ -104,8 +104,8 @@ const AttentionPlan& Layout::sliding_plan(int64_t band) const {
     std::vector<Segment> segments;
     for (const auto& d : documents_) segments.push_back({d.start, d.length});
     it = sliding_plans_
-             .emplace(band, build_attention_plan(segments, router_only_, num_tokens(), band,
-                                                 device_))
+             .emplace(band,
+                      build_attention_plan(segments, router_only_, num_tokens(), band, device_))
              .first;
   }
   return it->second;

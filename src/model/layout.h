@@ -3,11 +3,11 @@
 // routed depth cuts the documents into windows (SPEC 1.2, 1.3). The model never sees padding:
 // the real tokens of a batch are laid out flat, document after document, and every tensor of
 // hidden states is (N, d) in that order.
+#include <torch/torch.h>
+
 #include <map>
 #include <memory>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "model/attention.h"
 
@@ -42,10 +42,10 @@ struct Window {
 
 // How one window offset delta cuts every document (all depths with the same delta share it).
 struct WindowPartition {
-  std::vector<Window> windows;       // ordered by document, then ordinal
+  std::vector<Window> windows;        // ordered by document, then ordinal
   std::vector<int64_t> token_window;  // (N) window index of each flat token
-  torch::Tensor token_window_t;      // same, on the model device
-  AttentionPlan plan;                // causal attention confined to each window
+  torch::Tensor token_window_t;       // same, on the model device
+  AttentionPlan plan;                 // causal attention confined to each window
 };
 
 struct FlatDocument {

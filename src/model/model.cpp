@@ -29,8 +29,10 @@ std::vector<Block> LanguageModelImpl::all_blocks() const {
 
 std::vector<std::pair<std::string, torch::Tensor>> LanguageModelImpl::named_state() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& item : named_parameters(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
-  for (const auto& item : named_buffers(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
+  for (const auto& item : named_parameters(/*recurse=*/true))
+    out.emplace_back(item.key(), item.value());
+  for (const auto& item : named_buffers(/*recurse=*/true))
+    out.emplace_back(item.key(), item.value());
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return out;
 }
@@ -39,11 +41,13 @@ void LanguageModelImpl::initialize(uint64_t seed) {
   torch::NoGradGuard no_grad;
   auto generator = at::detail::createCPUGenerator(seed);
   const double std_dev = config_.init_std;
-  const double blocks = static_cast<double>(config_.n_prelude + config_.core_depth + config_.n_coda);
+  const double blocks =
+      static_cast<double>(config_.n_prelude + config_.core_depth + config_.n_coda);
   const double residual_std = std_dev / std::sqrt(2.0 * blocks);
   // Draw on the CPU with our own generator so every device gets the same weights.
   auto normal_ = [&](torch::Tensor& t, double s) {
-    auto values = at::normal(0.0, s, t.sizes(), generator, torch::TensorOptions().dtype(torch::kFloat32));
+    auto values =
+        at::normal(0.0, s, t.sizes(), generator, torch::TensorOptions().dtype(torch::kFloat32));
     t.copy_(values);
   };
   for (auto& [name, tensor] : named_state()) {
@@ -52,7 +56,8 @@ void LanguageModelImpl::initialize(uint64_t seed) {
                               name.find(".down.weight") != std::string::npos;
     if (name.find("balance_bias") != std::string::npos || name.find(".beta") != std::string::npos) {
       tensor.zero_();
-    } else if (name.find("norm.weight") != std::string::npos || name.find(".gamma") != std::string::npos) {
+    } else if (name.find("norm.weight") != std::string::npos ||
+               name.find(".gamma") != std::string::npos) {
       tensor.fill_(1.0);
     } else if (is_matrix || name == "router.depth_vectors") {
       normal_(tensor, residual_out ? residual_std : std_dev);

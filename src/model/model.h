@@ -1,9 +1,9 @@
 #pragma once
 // The whole language model: embedding -> prelude -> core (per family) -> coda -> norm -> head.
+#include <torch/torch.h>
+
 #include <memory>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "model/config.h"
 #include "model/core.h"

@@ -22,9 +22,9 @@ void ForcedPath::validate(int64_t core_depth, int64_t library_size) const {
               " is outside the core depths 1..", core_depth);
     for (const auto& [ordinal, entry] : entries) {
       if (entry.expert)
-        LOL_CHECK(*entry.expert >= 0 && *entry.expert < library_size, "forced path: depth ",
-                  depth, " window ", ordinal, ": expert ", *entry.expert,
-                  " is outside the library 0..", library_size - 1);
+        LOL_CHECK(*entry.expert >= 0 && *entry.expert < library_size, "forced path: depth ", depth,
+                  " window ", ordinal, ": expert ", *entry.expert, " is outside the library 0..",
+                  library_size - 1);
     }
   }
 }
@@ -92,8 +92,8 @@ RouterImpl::RouterImpl(const ModelConfig& c) : noise_std(c.router_noise_std) {
 }
 
 RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
-                                 const WindowPartition& part, const Layout& layout,
-                                 bool add_noise, const ForcedPath* force) const {
+                                 const WindowPartition& part, const Layout& layout, bool add_noise,
+                                 const ForcedPath* force) const {
   const auto& windows = part.windows;
   const int64_t num_windows = static_cast<int64_t>(windows.size());
   const int64_t d = states.size(1);
@@ -114,7 +114,8 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
     return torch::tensor(v, torch::kInt64).to(device);
   };
   auto ordinal_t = as_tensor(ordinals);
-  auto sums = torch::zeros({num_windows, d}, states.options()).index_add(0, part.token_window_t, states);
+  auto sums =
+      torch::zeros({num_windows, d}, states.options()).index_add(0, part.token_window_t, states);
   auto mu = sums / as_tensor(lengths).to(states.scalar_type()).unsqueeze(1);
 
   // r_k = mean of mu_0..mu_{k-1} within the document: cumulative sums over a
@@ -137,13 +138,17 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
   return out;
 }
 
-torch::Tensor RouterImpl::probabilities(const torch::Tensor& inputs, int64_t depth, bool add_noise) const {
+torch::Tensor RouterImpl::probabilities(const torch::Tensor& inputs, int64_t depth,
+                                        bool add_noise) const {
   auto router_matrix = weight[weight.size(0) == 1 ? 0 : depth - 1];  // (L, d)
-  auto logits = torch::matmul(inputs, router_matrix.t());             // (n, L)
+  auto logits = torch::matmul(inputs, router_matrix.t());            // (n, L)
   // Noise comes from the CPU generator whatever the device (a few numbers per window), so a
   // run's randomness is one generator that checkpoints save and restore.
   if (add_noise && noise_std > 0)
-    logits = logits + torch::randn(logits.sizes(), torch::kFloat32).to(logits.device(), logits.scalar_type()) * noise_std;
+    logits =
+        logits +
+        torch::randn(logits.sizes(), torch::kFloat32).to(logits.device(), logits.scalar_type()) *
+            noise_std;
   return torch::softmax(logits, -1);
 }
 
@@ -189,12 +194,15 @@ RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& b
   }
   out.experts = chosen;
   // alpha = p_rho: the only path from the loss to the router (no gradient through argmax).
-  auto gates = probs.gather(1, torch::tensor(chosen, torch::kInt64).to(device).unsqueeze(1)).squeeze(1);
+  auto gates =
+      probs.gather(1, torch::tensor(chosen, torch::kInt64).to(device).unsqueeze(1)).squeeze(1);
   if (any_forced_gate) {
-    auto mask = torch::tensor(std::vector<int64_t>(out.forced_gate.begin(), out.forced_gate.end()), torch::kInt64)
+    auto mask = torch::tensor(std::vector<int64_t>(out.forced_gate.begin(), out.forced_gate.end()),
+                              torch::kInt64)
                     .to(device)
                     .to(torch::kBool);
-    auto values = torch::tensor(forced_gate_values, torch::kFloat64).to(device).to(gates.scalar_type());
+    auto values =
+        torch::tensor(forced_gate_values, torch::kFloat64).to(device).to(gates.scalar_type());
     gates = torch::where(mask, values, gates);
   }
   out.gates = gates;

@@ -1,11 +1,11 @@
 #pragma once
 // The prefix router of the routed core (SPEC 1.4) and forced routing (SPEC 1.6).
+#include <torch/torch.h>
+
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "model/config.h"
 #include "model/layout.h"
@@ -32,15 +32,15 @@ struct ForcedPath {
 // Routing of every window of one depth. Tensors keep their autograd history (gates carry the
 // router's gradient); the vectors are host copies for inspection, balancing and forcing.
 struct RouteDecisions {
-  int64_t depth = 0;                // l, 1-based
+  int64_t depth = 0;  // l, 1-based
   const WindowPartition* partition = nullptr;
-  std::vector<int64_t> experts;     // rho per window
+  std::vector<int64_t> experts;  // rho per window
   std::vector<uint8_t> forced_expert, forced_gate;
   std::vector<int64_t> router_choice;  // argmax of p + b before forcing
-  std::vector<double> margins;      // best minus second-best of p + b (inf when L = 1)
-  torch::Tensor router_inputs;      // (windows, d)
-  torch::Tensor probs;              // (windows, L) softmax before the bias
-  torch::Tensor gates;              // (windows) alpha
+  std::vector<double> margins;         // best minus second-best of p + b (inf when L = 1)
+  torch::Tensor router_inputs;         // (windows, d)
+  torch::Tensor probs;                 // (windows, L) softmax before the bias
+  torch::Tensor gates;                 // (windows) alpha
 };
 
 // Top-1 selection from router probabilities (SPEC 1.4, 1.6): argmax of p + bias, then the
@@ -58,9 +58,9 @@ struct RouterImpl : torch::nn::Module {
   RouteDecisions route(const torch::Tensor& states, int64_t depth, const WindowPartition& part,
                        const Layout& layout, bool add_noise, const ForcedPath* force) const;
 
-  torch::Tensor weight;          // (R, L, d): R = 1 tied, R = D untied
-  torch::Tensor depth_vectors;   // (D, d): e[l]
-  torch::Tensor balance_bias;    // (L) buffer
+  torch::Tensor weight;         // (R, L, d): R = 1 tied, R = D untied
+  torch::Tensor depth_vectors;  // (D, d): e[l]
+  torch::Tensor balance_bias;   // (L) buffer
   double noise_std;
 };
 TORCH_MODULE(Router);

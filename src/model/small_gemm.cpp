@@ -20,8 +20,8 @@ constexpr int64_t kParallelFlops = 1 << 15;
 // Rows [0, M) of x times panels [nb, nb + P): M x P accumulators of 8 columns, each weight
 // vector loaded once per k and used for every row. M x P + P + 1 <= 16 ymm registers.
 template <int M, int P>
-__attribute__((target("avx2,fma"))) void tile(const float* x, int64_t K, const float* panels, float* y,
-                                              int64_t ldy, int64_t nb) {
+__attribute__((target("avx2,fma"))) void tile(const float* x, int64_t K, const float* panels,
+                                              float* y, int64_t ldy, int64_t nb) {
   __m256 acc[M][P];
   for (int m = 0; m < M; ++m)
     for (int p = 0; p < P; ++p) acc[m][p] = _mm256_setzero_ps();
@@ -42,15 +42,23 @@ __attribute__((target("avx2,fma"))) void tile(const float* x, int64_t K, const f
 // Every row of x times panels [nb, nb + P), in tiles of 4 rows and then the remainder: the
 // P panels (P x K x 8 floats) stay in L1 while the rows stream past them.
 template <int P>
-__attribute__((target("avx2,fma"))) void panel_group(const float* x, int64_t M, int64_t K, const float* panels,
-                                                     float* y, int64_t ldy, int64_t nb) {
+__attribute__((target("avx2,fma"))) void panel_group(const float* x, int64_t M, int64_t K,
+                                                     const float* panels, float* y, int64_t ldy,
+                                                     int64_t nb) {
   int64_t m = 0;
   for (; m + 4 <= M; m += 4) tile<4, P>(x + m * K, K, panels, y + m * ldy, ldy, nb);
   switch (M - m) {
-    case 3: tile<3, P>(x + m * K, K, panels, y + m * ldy, ldy, nb); break;
-    case 2: tile<2, P>(x + m * K, K, panels, y + m * ldy, ldy, nb); break;
-    case 1: tile<1, P>(x + m * K, K, panels, y + m * ldy, ldy, nb); break;
-    default: break;
+    case 3:
+      tile<3, P>(x + m * K, K, panels, y + m * ldy, ldy, nb);
+      break;
+    case 2:
+      tile<2, P>(x + m * K, K, panels, y + m * ldy, ldy, nb);
+      break;
+    case 1:
+      tile<1, P>(x + m * K, K, panels, y + m * ldy, ldy, nb);
+      break;
+    default:
+      break;
   }
 }
 #endif
@@ -67,8 +75,9 @@ bool small_gemm_supported() {
 }
 
 torch::Tensor pack_panels(const torch::Tensor& weight) {
-  LOL_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kFloat32 && weight.device().is_cpu(),
-            "pack_panels needs a 2-D fp32 CPU weight");
+  LOL_CHECK(
+      weight.dim() == 2 && weight.scalar_type() == torch::kFloat32 && weight.device().is_cpu(),
+      "pack_panels needs a 2-D fp32 CPU weight");
   const int64_t n = weight.size(0), k = weight.size(1), num = (n + 7) / 8;
   auto padded = torch::zeros({num * 8, k}, weight.options());
   padded.narrow(0, 0, n).copy_(weight.detach());
@@ -78,7 +87,8 @@ torch::Tensor pack_panels(const torch::Tensor& weight) {
 torch::Tensor small_gemm(const torch::Tensor& x, const torch::Tensor& panels, int64_t n) {
   const int64_t M = x.size(0), K = x.size(1), num = panels.size(0);
   LOL_CHECK(small_gemm_supported(), "small_gemm needs a CPU with AVX2 and FMA");
-  LOL_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat32 && x.device().is_cpu(),
+  LOL_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat32 &&
+                x.device().is_cpu(),
             "small_gemm needs contiguous fp32 CPU rows");
   LOL_CHECK(panels.size(1) == K && panels.size(2) == 8 && n <= num * 8 && M > 0,
             "small_gemm: shapes do not match");

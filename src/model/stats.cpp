@@ -47,7 +47,8 @@ ModelStats model_stats(const ModelConfig& c, int64_t seq_len, int64_t core_depth
   s.fixed_cache_bytes_per_token = fixed * kv_bytes_per_token_layer;
 
   if (c.family == "lol") {
-    const int64_t router = (c.router_tied ? 1 : c.core_depth) * c.library_size * d + c.core_depth * d;
+    const int64_t router =
+        (c.router_tied ? 1 : c.core_depth) * c.library_size * d + c.core_depth * d;
     const int64_t film = 4 * c.core_depth * d;
     s.stored_params += c.library_size * plain.params + router + film;
     s.active_params += std::min(D, c.library_size) * plain.params_active + router + film;

@@ -16,7 +16,9 @@ constexpr uint8_t kDirections[4] = {kNorth, kEast, kSouth, kWest};
 constexpr int kDr[4] = {-1, 0, 1, 0}, kDc[4] = {0, 1, 0, -1};
 constexpr const char* kDirectionNames[4] = {"N", "E", "S", "W"};
 
-uint8_t opposite(int k) { return kDirections[(k + 2) % 4]; }
+uint8_t opposite(int k) {
+  return kDirections[(k + 2) % 4];
+}
 
 std::vector<int> bfs(const Maze& m) {
   std::vector<int> order;
@@ -69,7 +71,9 @@ std::vector<int> dfs_walk(const Maze& m) {
 // Expansion order of A* with h = Manhattan distance; ties on f go to lower g, then to the
 // earlier insertion.
 std::vector<int> astar(const Maze& m) {
-  auto h = [&](int c) { return std::abs(c / m.n - m.goal / m.n) + std::abs(c % m.n - m.goal % m.n); };
+  auto h = [&](int c) {
+    return std::abs(c / m.n - m.goal / m.n) + std::abs(c % m.n - m.goal % m.n);
+  };
   using Key = std::tuple<int, int, int64_t, int>;  // f, g, insertion, cell
   std::priority_queue<Key, std::vector<Key>, std::greater<Key>> open;
   std::vector<int> best(m.open.size(), -1);
@@ -100,7 +104,8 @@ std::vector<int> bidirectional(const Maze& m) {
   std::vector<int> order;
   if (m.start == m.goal) return {m.start};
   std::deque<int> queues[2] = {{m.start}, {m.goal}};
-  std::vector<uint8_t> seen[2] = {std::vector<uint8_t>(m.open.size(), 0), std::vector<uint8_t>(m.open.size(), 0)};
+  std::vector<uint8_t> seen[2] = {std::vector<uint8_t>(m.open.size(), 0),
+                                  std::vector<uint8_t>(m.open.size(), 0)};
   seen[0][m.start] = seen[1][m.goal] = 1;
   while (!queues[0].empty() || !queues[1].empty()) {
     for (int side = 0; side < 2; ++side) {
@@ -210,11 +215,16 @@ Maze carve(int n, std::mt19937_64& rng) {
 
 std::vector<int> trace(const Maze& m, int strategy) {
   switch (strategy) {
-    case 1: return bfs(m);
-    case 2: return dfs_walk(m);
-    case 3: return astar(m);
-    case 4: return bidirectional(m);
-    case 5: return dead_end_fill(m);
+    case 1:
+      return bfs(m);
+    case 2:
+      return dfs_walk(m);
+    case 3:
+      return astar(m);
+    case 4:
+      return bidirectional(m);
+    case 5:
+      return dead_end_fill(m);
   }
   fail("maze strategy must be 1..5, got ", strategy);
 }
@@ -239,7 +249,9 @@ std::vector<int> solution_path(const Maze& m) {
   return path;
 }
 
-int min_solution_length(int n) { return static_cast<int>(std::ceil(1.5 * n)); }
+int min_solution_length(int n) {
+  return static_cast<int>(std::ceil(1.5 * n));
+}
 
 bool passes_filters(const Maze& m) {
   const auto path = solution_path(m);
@@ -307,8 +319,8 @@ Maze parse_question(const Tokens& t, const std::string& where) {
   for (; i < t.size() && t[i] != "start"; ++i)
     if (!t[i].empty() && t[i][0] == 'r') ++cells;
   const int n = static_cast<int>(std::lround(std::sqrt(cells)));
-  LOL_CHECK(n >= 2 && n * n == cells && n <= kMaxSize, where, ": a maze lists n x n cells (n <= ",
-            kMaxSize, "), got ", cells);
+  LOL_CHECK(n >= 2 && n * n == cells && n <= kMaxSize, where,
+            ": a maze lists n x n cells (n <= ", kMaxSize, "), got ", cells);
   Maze m;
   m.n = n;
   m.open.assign(n * n, 0);
@@ -321,13 +333,14 @@ Maze parse_question(const Tokens& t, const std::string& where) {
     if (d >= 0) {
       LOL_CHECK(cell >= 0, where, ": direction '", tok, "' before any cell");
       const int r = cell / n + kDr[d], c = cell % n + kDc[d];
-      LOL_CHECK(r >= 0 && r < n && c >= 0 && c < n, where, ": ", cell_name(n, cell), " opens ",
-                tok, " out of the grid");
+      LOL_CHECK(r >= 0 && r < n && c >= 0 && c < n, where, ": ", cell_name(n, cell), " opens ", tok,
+                " out of the grid");
       m.open[cell] |= kDirections[d];
       continue;
     }
     cell = parse_cell(n, tok);
-    LOL_CHECK(cell == expected, where, ": token '", tok, "' should be cell ", cell_name(n, expected));
+    LOL_CHECK(cell == expected, where, ": token '", tok, "' should be cell ",
+              cell_name(n, expected));
     ++expected;
   }
   for (int c = 0; c < n * n; ++c)
@@ -361,8 +374,8 @@ Maze parse_question(const Tokens& t, const std::string& where) {
       }
   }
   LOL_CHECK(passages / 2 == n * n - 1 && count == n * n, where,
-            ": the maze is not a loop-free maze reaching every cell (", passages / 2,
-            " passages, ", count, " of ", n * n, " cells reachable)");
+            ": the maze is not a loop-free maze reaching every cell (", passages / 2, " passages, ",
+            count, " of ", n * n, " cells reachable)");
   return m;
 }
 

@@ -43,7 +43,7 @@ Maze generate(int n, uint64_t seed, int64_t index);
 
 Tokens question_tokens(const Maze& maze);  // cells with open sides, then start / goal
 Tokens cells_tokens(const Maze& maze, const std::vector<int>& cells);
-Tokens descriptor_tokens(int strategy);    // "[", six demonstration cells (paper table 4), "]"
+Tokens descriptor_tokens(int strategy);  // "[", six demonstration cells (paper table 4), "]"
 // Parses question tokens (without "Q :"); throws naming the bad token.
 Maze parse_question(const Tokens& tokens, const std::string& where);
 

@@ -24,10 +24,14 @@ std::vector<Step> split_steps(const Tokens& trace) {
 }
 
 int cell_of(const std::string& t) {
-  if (t.size() != 4 || t[0] != 'r' || t[2] != 'c' || t[1] < '1' || t[1] > '9' || t[3] < '1' || t[3] > '9') return -1;
+  if (t.size() != 4 || t[0] != 'r' || t[2] != 'c' || t[1] < '1' || t[1] > '9' || t[3] < '1' ||
+      t[3] > '9')
+    return -1;
   return (t[1] - '1') * 9 + (t[3] - '1');
 }
-int digit_of(const std::string& t) { return t.size() == 1 && t[0] >= '1' && t[0] <= '9' ? t[0] - '0' : -1; }
+int digit_of(const std::string& t) {
+  return t.size() == 1 && t[0] >= '1' && t[0] <= '9' ? t[0] - '0' : -1;
+}
 int unit_of(const std::string& t, const std::string& kind) {  // "row3" -> 2 for kind "row"
   if (t.size() != kind.size() + 1 || t.compare(0, kind.size(), kind) != 0) return -1;
   return digit_of(t.substr(kind.size())) - 1;
@@ -35,19 +39,28 @@ int unit_of(const std::string& t, const std::string& kind) {  // "row3" -> 2 for
 
 // Which strategy's step syntax a step has (1..5), 0 if none.
 int syntax_of(const Step& s) {
-  if (s.size() == 5 && cell_of(s[0]) >= 0 && s[1] == "=" && s[2] == "{" && digit_of(s[3]) > 0 && s[4] == "}") return 1;
-  if (s.size() == 4 && (unit_of(s[0], "row") >= 0 || unit_of(s[0], "col") >= 0 || unit_of(s[0], "box") >= 0) &&
+  if (s.size() == 5 && cell_of(s[0]) >= 0 && s[1] == "=" && s[2] == "{" && digit_of(s[3]) > 0 &&
+      s[4] == "}")
+    return 1;
+  if (s.size() == 4 &&
+      (unit_of(s[0], "row") >= 0 || unit_of(s[0], "col") >= 0 || unit_of(s[0], "box") >= 0) &&
       digit_of(s[1]) > 0 && s[2] == "->" && cell_of(s[3]) >= 0)
     return 2;
-  if (s.size() == 4 && digit_of(s[0]) > 0 && unit_of(s[1], "box") >= 0 && s[2] == "->" && cell_of(s[3]) >= 0) return 3;
+  if (s.size() == 4 && digit_of(s[0]) > 0 && unit_of(s[1], "box") >= 0 && s[2] == "->" &&
+      cell_of(s[3]) >= 0)
+    return 3;
   if (s.size() >= 4 && s[0] == "set" && cell_of(s[1]) >= 0 && s[2] == "=" && digit_of(s[3]) > 0) {
     if (s.size() == 4) return 4;
     if (s[4] != ":" || (s.size() - 5) % 5 != 0 || s.size() == 5) return 0;
     for (size_t k = 5; k < s.size(); k += 5)
-      if (cell_of(s[k]) < 0 || s[k + 1] != "->" || s[k + 2] != "{" || digit_of(s[k + 3]) < 0 || s[k + 4] != "}") return 0;
+      if (cell_of(s[k]) < 0 || s[k + 1] != "->" || s[k + 2] != "{" || digit_of(s[k + 3]) < 0 ||
+          s[k + 4] != "}")
+        return 0;
     return 4;
   }
-  if ((s.size() == 3 || (s.size() == 4 && s[3] == "x")) && cell_of(s[0]) >= 0 && s[1] == "=" && digit_of(s[2]) > 0) return 5;
+  if ((s.size() == 3 || (s.size() == 4 && s[3] == "x")) && cell_of(s[0]) >= 0 && s[1] == "=" &&
+      digit_of(s[2]) > 0)
+    return 5;
   if (s.size() == 2 && cell_of(s[0]) >= 0 && s[1] == "back") return 5;
   return 0;
 }
@@ -106,7 +119,8 @@ bool replay_sudoku(int strategy, const std::vector<Step>& steps, sudoku::Grid& g
                             ((p / 9) / 3 == (cell / 9) / 3 && (p % 9) / 3 == (cell % 9) / 3);
           const uint16_t pc = sudoku::candidates(g, p);
           if (peer && __builtin_popcount(pc) == 1 && before[p] > 1) {
-            expected.insert(expected.end(), {sudoku::cell_name(p), "->", "{", std::to_string(__builtin_ctz(pc)), "}"});
+            expected.insert(expected.end(), {sudoku::cell_name(p), "->", "{",
+                                             std::to_string(__builtin_ctz(pc)), "}"});
             forced.insert(p);
           }
         }
@@ -152,7 +166,8 @@ Score score_sudoku(const Parsed& p, int requested, const std::string& where) {
     bool faithful = true;
     const bool legal = replay_sudoku(followed, steps, g, faithful);
     out.trace_legal = legal && g == reference.grid;
-    if (followed == 5) faithful = p.trace == sudoku::solve(givens, 5).trace;  // DFS is fully determined
+    if (followed == 5)
+      faithful = p.trace == sudoku::solve(givens, 5).trace;  // DFS is fully determined
     out.trace_rule_faithful = out.trace_legal && faithful;
   }
   out.answer_correct = p.answer == sudoku::answer_tokens(reference.grid);
@@ -189,8 +204,10 @@ Score score_sequence(Kind kind, const Tokens& sequence, int requested, const std
     LOL_CHECK(requested >= 1, where, ": the prompt holds no strategy descriptor (",
               join_words(p.descriptor), "); give the requested strategy with --strategy");
   }
-  Score s = kind == Kind::kSudoku ? score_sudoku(p, requested, where) : score_maze(p, requested, where);
-  s.padding_fraction = p.generated > 0 ? static_cast<double>(p.padding) / static_cast<double>(p.generated) : 0.0;
+  Score s =
+      kind == Kind::kSudoku ? score_sudoku(p, requested, where) : score_maze(p, requested, where);
+  s.padding_fraction =
+      p.generated > 0 ? static_cast<double>(p.padding) / static_cast<double>(p.generated) : 0.0;
   if (!p.complete) s.answer_correct = false;
   return s;
 }
@@ -211,7 +228,8 @@ json ScoreSummary::to_json(Kind kind) const {
   for (int s = 1; s <= 5; ++s)
     names.push_back(kind == Kind::kSudoku ? sudoku::strategy_name(s) : maze::strategy_name(s));
   json matrix = json::array();
-  for (int r = 1; r <= 5; ++r) matrix.push_back(std::vector<int64_t>(confusion[r].begin(), confusion[r].end()));
+  for (int r = 1; r <= 5; ++r)
+    matrix.push_back(std::vector<int64_t>(confusion[r].begin(), confusion[r].end()));
   return json{{"task", kind_name(kind)},
               {"count", count},
               {"strategy_as_requested", strategy_as_requested},
@@ -221,7 +239,8 @@ json ScoreSummary::to_json(Kind kind) const {
               {"padding_fraction", padding_fraction},
               {"strategies", names},
               {"confusion", matrix},
-              {"confusion_layout", "rows: requested strategy 1..5; columns: followed strategy, none then 1..5"}};
+              {"confusion_layout",
+               "rows: requested strategy 1..5; columns: followed strategy, none then 1..5"}};
 }
 
 std::string ScoreSummary::to_text(Kind kind) const {
@@ -233,8 +252,13 @@ std::string ScoreSummary::to_text(Kind kind) const {
       << "trace_rule_faithful   " << trace_rule_faithful << "\n"
       << "answer_correct        " << answer_correct << "\n"
       << "padding_fraction      " << padding_fraction << "\n"
-      << "confusion (rows: requested, columns: followed)\n" << std::setw(14) << "";
-  auto name = [&](int s) { return s == 0 ? "none" : kind == Kind::kSudoku ? sudoku::strategy_name(s) : maze::strategy_name(s); };
+      << "confusion (rows: requested, columns: followed)\n"
+      << std::setw(14) << "";
+  auto name = [&](int s) {
+    return s == 0                  ? "none"
+           : kind == Kind::kSudoku ? sudoku::strategy_name(s)
+                                   : maze::strategy_name(s);
+  };
   for (int f = 0; f <= 5; ++f) out << std::setw(14) << name(f);
   out << "\n";
   for (int r = 1; r <= 5; ++r) {

@@ -24,7 +24,7 @@ Score score_sequence(Kind kind, const Tokens& sequence, int requested, const std
 struct ScoreSummary {
   int64_t count = 0;
   double strategy_as_requested = 0, trace_legal = 0, trace_rule_faithful = 0, answer_correct = 0,
-         padding_fraction = 0;  // means over the set
+         padding_fraction = 0;                        // means over the set
   std::array<std::array<int64_t, 6>, 6> confusion{};  // [requested][followed], index 0 = none
   void add(const Score& s);
   json to_json(Kind kind) const;

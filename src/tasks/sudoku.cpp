@@ -9,8 +9,8 @@ namespace lol::sudoku {
 namespace {
 
 struct Tables {
-  std::array<std::array<int, 9>, 27> units;  // rows 0-8, columns 9-17, boxes 18-26
-  std::array<std::array<int, 20>, 81> peers;  // sorted row-major
+  std::array<std::array<int, 9>, 27> units;    // rows 0-8, columns 9-17, boxes 18-26
+  std::array<std::array<int, 20>, 81> peers;   // sorted row-major
   std::array<std::array<int, 3>, 81> unit_of;  // row, column, box unit of each cell
   Tables() {
     for (int r = 0; r < 9; ++r)
@@ -36,9 +36,15 @@ const Tables& tables() {
   return t;
 }
 
-int popcount(uint16_t m) { return __builtin_popcount(m); }
-int only_digit(uint16_t m) { return __builtin_ctz(m); }
-std::string digit(int d) { return std::to_string(d); }
+int popcount(uint16_t m) {
+  return __builtin_popcount(m);
+}
+int only_digit(uint16_t m) {
+  return __builtin_ctz(m);
+}
+std::string digit(int d) {
+  return std::to_string(d);
+}
 
 void append_step(Tokens& trace, std::initializer_list<std::string> step) {
   if (!trace.empty()) trace.push_back(";");
@@ -87,7 +93,8 @@ Solution hidden_singles(Grid g) {
         const int cell = single_position(g, unit, d);
         if (cell < 0) continue;
         g[cell] = static_cast<uint8_t>(d);
-        append_step(out.trace, {std::string(kinds[unit / 9]) + digit(unit % 9 + 1), digit(d), "->", cell_name(cell)});
+        append_step(out.trace, {std::string(kinds[unit / 9]) + digit(unit % 9 + 1), digit(d), "->",
+                                cell_name(cell)});
         changed = true;
       }
   }
@@ -241,12 +248,23 @@ bool is_consistent(const Grid& g) {
 Solution solve(const Grid& givens, int strategy, int64_t max_steps) {
   Solution out;
   switch (strategy) {
-    case 1: out = naked_singles(givens); break;
-    case 2: out = hidden_singles(givens); break;
-    case 3: out = crosshatching(givens); break;
-    case 4: out = propagation(givens); break;
-    case 5: out = backtracking(givens, max_steps); break;
-    default: fail("sudoku strategy must be 1..5, got ", strategy);
+    case 1:
+      out = naked_singles(givens);
+      break;
+    case 2:
+      out = hidden_singles(givens);
+      break;
+    case 3:
+      out = crosshatching(givens);
+      break;
+    case 4:
+      out = propagation(givens);
+      break;
+    case 5:
+      out = backtracking(givens, max_steps);
+      break;
+    default:
+      fail("sudoku strategy must be 1..5, got ", strategy);
   }
   out.solved = is_complete(out.grid);
   return out;

@@ -17,7 +17,7 @@ constexpr int kStrategies = 5;  // S1..S5
 // Short names used in docs and the CLI: naked, hidden, crosshatch, propagate, backtrack.
 const char* strategy_name(int strategy);
 
-std::string cell_name(int cell);        // "r1c1" .. "r9c9"
+std::string cell_name(int cell);                  // "r1c1" .. "r9c9"
 uint16_t candidates(const Grid& grid, int cell);  // bit d set = digit d possible (0 if filled)
 bool is_complete(const Grid& grid);
 bool placement_is_legal(const Grid& grid, int cell, int digit);  // empty and no peer holds it
@@ -25,8 +25,8 @@ bool placement_is_legal(const Grid& grid, int cell, int digit);  // empty and no
 bool is_consistent(const Grid& grid);
 
 struct Solution {
-  Tokens trace;   // steps joined by ";"
-  Grid grid{};    // the grid when the strategy stopped
+  Tokens trace;  // steps joined by ";"
+  Grid grid{};   // the grid when the strategy stopped
   bool solved = false;
 };
 
@@ -43,9 +43,9 @@ Grid random_filled_grid(std::mt19937_64& rng);
 // A puzzle with 30-36 givens that strategies 1-5 all solve, from (seed, index) alone.
 Puzzle generate(uint64_t seed, int64_t index);
 
-Tokens question_tokens(const Grid& givens);   // 81 tokens, "." for empty
-Tokens answer_tokens(const Grid& solution);   // 81 digits
-Tokens descriptor_tokens(int strategy);        // "[", "S1", "]"
+Tokens question_tokens(const Grid& givens);  // 81 tokens, "." for empty
+Tokens answer_tokens(const Grid& solution);  // 81 digits
+Tokens descriptor_tokens(int strategy);      // "[", "S1", "]"
 // Parses 81 question tokens (digits or "."); throws naming the bad token.
 Grid parse_grid(const Tokens& tokens, const std::string& where);
 

@@ -12,7 +12,9 @@ Kind parse_kind(const std::string& name) {
   fail("unknown task '", name, "' (tasks: sudoku, maze)");
 }
 
-const char* kind_name(Kind kind) { return kind == Kind::kSudoku ? "sudoku" : "maze"; }
+const char* kind_name(Kind kind) {
+  return kind == Kind::kSudoku ? "sudoku" : "maze";
+}
 
 Vocabulary::Vocabulary(std::vector<std::string> words) : words_(std::move(words)) {
   for (size_t i = 0; i < words_.size(); ++i) ids_[words_[i]] = static_cast<int64_t>(i);
@@ -43,8 +45,8 @@ Tokens Vocabulary::decode(const std::vector<int64_t>& ids) const {
 
 const Vocabulary& vocabulary(Kind kind) {
   static const Vocabulary sudoku_vocab = [] {
-    std::vector<std::string> w = {"<pad>", "<eos>", "Q", "R", "A", ":", "[", "]", "...", ";",
-                                  "=", "{", "}", "->", "set", "x", "back", "."};
+    std::vector<std::string> w = {"<pad>", "<eos>", "Q", "R", "A",  ":",   "[", "]",    "...",
+                                  ";",     "=",     "{", "}", "->", "set", "x", "back", "."};
     for (int d = 1; d <= 9; ++d) w.push_back(std::to_string(d));
     for (int s = 1; s <= 5; ++s) w.push_back("S" + std::to_string(s));
     for (int c = 0; c < 81; ++c) w.push_back(sudoku::cell_name(c));
@@ -53,9 +55,10 @@ const Vocabulary& vocabulary(Kind kind) {
     return Vocabulary(w);
   }();
   static const Vocabulary maze_vocab = [] {
-    std::vector<std::string> w = {"<pad>", "<eos>", "Q", "R", "A", ":", "[", "]", "...",
-                                  "start", "goal", "N", "E", "S", "W"};
-    for (int c = 0; c < maze::kMaxSize * maze::kMaxSize; ++c) w.push_back(maze::cell_name(maze::kMaxSize, c));
+    std::vector<std::string> w = {"<pad>", "<eos>", "Q",    "R", "A", ":", "[", "]",
+                                  "...",   "start", "goal", "N", "E", "S", "W"};
+    for (int c = 0; c < maze::kMaxSize * maze::kMaxSize; ++c)
+      w.push_back(maze::cell_name(maze::kMaxSize, c));
     return Vocabulary(w);
   }();
   return kind == Kind::kSudoku ? sudoku_vocab : maze_vocab;
@@ -81,7 +84,8 @@ Document Sequence::document(const Vocabulary& vocab) const {
   doc.router_only.assign(doc.tokens.size(), 0);
   for (int64_t i = descriptor_start; i < doc.prompt_len; ++i) doc.router_only[i] = 1;
   doc.loss_mask.assign(doc.tokens.size(), 0);
-  for (size_t i = static_cast<size_t>(doc.prompt_len); i < doc.tokens.size(); ++i) doc.loss_mask[i] = 1;
+  for (size_t i = static_cast<size_t>(doc.prompt_len); i < doc.tokens.size(); ++i)
+    doc.loss_mask[i] = 1;
   return doc;
 }
 
@@ -141,8 +145,8 @@ Parsed parse_sequence(Kind kind, const Tokens& t, const std::string& where) {
   const auto& vocab = vocabulary(kind);
   for (size_t i = 0; i < t.size(); ++i)
     LOL_CHECK(vocab.contains(t[i]), where, ": unknown token '", t[i], "' at position ", i);
-  LOL_CHECK(t.size() >= 2 && t[0] == "Q" && t[1] == ":", where,
-            ": a sequence starts with 'Q :'", t.empty() ? std::string(" (empty line)") : ", got '" + t[0] + "'");
+  LOL_CHECK(t.size() >= 2 && t[0] == "Q" && t[1] == ":", where, ": a sequence starts with 'Q :'",
+            t.empty() ? std::string(" (empty line)") : ", got '" + t[0] + "'");
   Parsed p;
   size_t i = 2;
   while (i < t.size() && t[i] != "[") p.question.push_back(t[i++]);
@@ -236,11 +240,14 @@ Sequence solve_question(Kind kind, const Tokens& question, const Tokens& descrip
   return s;
 }
 
-Document TaskSource::next() { return sequence(index_++).document(vocabulary(kind_)); }
+Document TaskSource::next() {
+  return sequence(index_++).document(vocabulary(kind_));
+}
 
 void TaskSource::seek(const json& position) {
-  LOL_CHECK(position.is_object() && position.contains("index") && position["index"].is_number_integer(),
-            "task position must be {\"index\": N}, got ", position.dump());
+  LOL_CHECK(
+      position.is_object() && position.contains("index") && position["index"].is_number_integer(),
+      "task position must be {\"index\": N}, got ", position.dump());
   index_ = position["index"].get<int64_t>();
 }
 

@@ -39,7 +39,7 @@ const Vocabulary& vocabulary(Kind kind);
 
 struct Sequence {
   Tokens question, descriptor, trace, answer;  // descriptor includes its brackets
-  Tokens tokens() const;                        // the full sequence with Q/R/A markers and <eos>
+  Tokens tokens() const;                       // the full sequence with Q/R/A markers and <eos>
   Document document(const Vocabulary& vocab) const;
 };
 

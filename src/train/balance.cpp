@@ -5,7 +5,8 @@
 
 namespace lol {
 
-void LoadCounter::add(const LanguageModel& model, const ForwardResult& result, const Layout& layout) {
+void LoadCounter::add(const LanguageModel& model, const ForwardResult& result,
+                      const Layout& /*layout*/) {
   const auto& c = model->config();
   if (c.is_lol()) {
     lol.resize(c.library_size, 0.0);
@@ -35,7 +36,8 @@ void LoadCounter::add(const LanguageModel& model, const ForwardResult& result, c
 namespace {
 void update_bias(torch::Tensor bias, const std::vector<double>& load, double rate) {
   if (load.empty()) return;
-  const double mean = std::accumulate(load.begin(), load.end(), 0.0) / static_cast<double>(load.size());
+  const double mean =
+      std::accumulate(load.begin(), load.end(), 0.0) / static_cast<double>(load.size());
   std::vector<float> step(load.size());
   for (size_t m = 0; m < load.size(); ++m)
     step[m] = static_cast<float>(rate * ((mean > load[m]) - (mean < load[m])));

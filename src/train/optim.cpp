@@ -103,7 +103,8 @@ void Muon::step(double lr) {
 }
 
 void Muon::save_state(std::map<std::string, torch::Tensor>& out, const std::string& prefix) const {
-  for (size_t i = 0; i < params_.size(); ++i) out[prefix + "momentum." + params_[i].first] = momentum_[i];
+  for (size_t i = 0; i < params_.size(); ++i)
+    out[prefix + "momentum." + params_[i].first] = momentum_[i];
 }
 
 void Muon::load_state(const std::map<std::string, torch::Tensor>& in, const std::string& prefix) {

@@ -8,11 +8,11 @@
 //        transpose when rows > cols
 //   W <- W (1 - lr wd) - lr * 0.2 sqrt(max(rows, cols)) O
 // AdamW (Loshchilov & Hutter): bias-corrected moments, decoupled decay W <- W (1 - lr wd).
+#include <torch/torch.h>
+
 #include <map>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 namespace lol {
 

@@ -41,7 +41,8 @@ at::ScalarType autocast_dtype(torch::DeviceType type) {
 #ifdef LOL_AUTOCAST_PER_DEVICE
   return at::autocast::get_autocast_dtype(type);
 #else
-  return type == torch::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+  return type == torch::kCUDA ? at::autocast::get_autocast_gpu_dtype()
+                              : at::autocast::get_autocast_cpu_dtype();
 #endif
 }
 
@@ -58,7 +59,8 @@ bool uses_bf16_autocast(const std::string& precision, torch::Device device) {
 
 AutocastGuard::AutocastGuard(torch::Device device, bool bf16) {
   if (!bf16) return;
-  LOL_CHECK(device.is_cuda() || device.is_cpu(), "bf16 autocast is supported on CPU and CUDA, not on ", device.str());
+  LOL_CHECK(device.is_cuda() || device.is_cpu(),
+            "bf16 autocast is supported on CPU and CUDA, not on ", device.str());
   active_ = true;
   type_ = device.type();
   previous_ = autocast_enabled(type_);

@@ -2,10 +2,10 @@
 // Mixed precision: bf16 autocast around the forward pass (fp32 weights, optimizer state and
 // loss). `precision` is auto (bf16 on CUDA, fp32 elsewhere), fp32, or bf16 (on any device:
 // CPU autocast covers the matrix products, which is how CI exercises this path).
+#include <torch/torch.h>
+
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 namespace lol {
 

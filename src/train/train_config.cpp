@@ -37,7 +37,8 @@ const std::vector<Field<TrainConfig>>& TrainConfig::fields() {
       field("checkpoint_every", &C::checkpoint_every, "steps between checkpoints"),
       field("keep_checkpoints", &C::keep_checkpoints, "checkpoints kept"),
       field("seed", &C::seed, "data and noise seed"),
-      field("precision", &C::precision, "auto (bf16 autocast on CUDA, fp32 elsewhere) | fp32 | bf16 (autocast on any device)"),
+      field("precision", &C::precision,
+            "auto (bf16 autocast on CUDA, fp32 elsewhere) | fp32 | bf16 (autocast on any device)"),
   };
   return table;
 }
@@ -47,25 +48,35 @@ void TrainConfig::validate() const {
   LOL_CHECK(batch_rows > 0, "batch_rows must be > 0, got ", batch_rows);
   LOL_CHECK(seq_len > 1, "seq_len must be > 1, got ", seq_len);
   LOL_CHECK(grad_accum > 0, "grad_accum must be > 0, got ", grad_accum);
-  LOL_CHECK(optimizer == "muon" || optimizer == "adamw", "optimizer must be muon or adamw, got '", optimizer, "'");
+  LOL_CHECK(optimizer == "muon" || optimizer == "adamw", "optimizer must be muon or adamw, got '",
+            optimizer, "'");
   LOL_CHECK(std::isfinite(lr) && lr > 0, "lr must be > 0, got ", lr);
-  LOL_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1], got ", min_lr_ratio);
+  LOL_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1], got ",
+            min_lr_ratio);
   LOL_CHECK(warmup_steps >= 0, "warmup_steps must be >= 0, got ", warmup_steps);
-  LOL_CHECK(schedule == "cosine" || schedule == "wsd", "schedule must be cosine or wsd, got '", schedule, "'");
-  LOL_CHECK(decay_fraction > 0 && decay_fraction <= 1, "decay_fraction must be in (0, 1], got ", decay_fraction);
+  LOL_CHECK(schedule == "cosine" || schedule == "wsd", "schedule must be cosine or wsd, got '",
+            schedule, "'");
+  LOL_CHECK(decay_fraction > 0 && decay_fraction <= 1, "decay_fraction must be in (0, 1], got ",
+            decay_fraction);
   LOL_CHECK(weight_decay >= 0, "weight_decay must be >= 0, got ", weight_decay);
-  LOL_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "beta1 and beta2 must be in [0, 1)");
+  LOL_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
+            "beta1 and beta2 must be in [0, 1)");
   LOL_CHECK(adam_eps > 0, "adam_eps must be > 0, got ", adam_eps);
-  LOL_CHECK(muon_momentum >= 0 && muon_momentum < 1, "muon_momentum must be in [0, 1), got ", muon_momentum);
+  LOL_CHECK(muon_momentum >= 0 && muon_momentum < 1, "muon_momentum must be in [0, 1), got ",
+            muon_momentum);
   LOL_CHECK(grad_clip >= 0, "grad_clip must be >= 0, got ", grad_clip);
   LOL_CHECK(grow_start_depth >= 0, "grow_start_depth must be >= 0, got ", grow_start_depth);
-  LOL_CHECK(grow_fraction > 0 && grow_fraction <= 1, "grow_fraction must be in (0, 1], got ", grow_fraction);
-  LOL_CHECK(grow_shape == "sqrt" || grow_shape == "linear", "grow_shape must be sqrt or linear, got '", grow_shape, "'");
+  LOL_CHECK(grow_fraction > 0 && grow_fraction <= 1, "grow_fraction must be in (0, 1], got ",
+            grow_fraction);
+  LOL_CHECK(grow_shape == "sqrt" || grow_shape == "linear",
+            "grow_shape must be sqrt or linear, got '", grow_shape, "'");
   const auto& names = precision_names();
   LOL_CHECK(std::find(names.begin(), names.end(), precision) != names.end(),
             "precision must be auto, fp32 or bf16, got '", precision, "'");
-  LOL_CHECK(eval_every >= 0 && eval_batches > 0 && log_every > 0 && checkpoint_every >= 0 && keep_checkpoints > 0,
-            "eval_every and checkpoint_every must be >= 0; eval_batches, log_every and keep_checkpoints > 0");
+  LOL_CHECK(eval_every >= 0 && eval_batches > 0 && log_every > 0 && checkpoint_every >= 0 &&
+                keep_checkpoints > 0,
+            "eval_every and checkpoint_every must be >= 0; eval_batches, log_every and "
+            "keep_checkpoints > 0");
 }
 
 TrainConfig TrainConfig::from_json(const json& object) {
@@ -76,12 +87,14 @@ TrainConfig TrainConfig::from_json(const json& object) {
 }
 
 double learning_rate(const TrainConfig& c, int64_t step) {
-  if (step < c.warmup_steps) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
+  if (step < c.warmup_steps)
+    return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
   const double floor = c.lr * c.min_lr_ratio;
   if (c.schedule == "wsd") {
     const double decay_start = c.steps * (1.0 - c.decay_fraction);
     if (step < decay_start) return c.lr;
-    const double progress = std::min(1.0, (step - decay_start) / std::max(1.0, c.steps - decay_start));
+    const double progress =
+        std::min(1.0, (step - decay_start) / std::max(1.0, c.steps - decay_start));
     return c.lr - (c.lr - floor) * progress;
   }
   const double span = std::max<int64_t>(1, c.steps - c.warmup_steps);
@@ -94,7 +107,8 @@ int64_t grown_depth(const TrainConfig& c, int64_t core_depth, int64_t step) {
   const double grow_steps = std::max(1.0, c.grow_fraction * static_cast<double>(c.steps));
   const double t = std::min(1.0, static_cast<double>(step) / grow_steps);
   const double shape = c.grow_shape == "linear" ? t : 1.0 - std::sqrt(1.0 - t);
-  return c.grow_start_depth + static_cast<int64_t>(std::llround((core_depth - c.grow_start_depth) * shape));
+  return c.grow_start_depth +
+         static_cast<int64_t>(std::llround((core_depth - c.grow_start_depth) * shape));
 }
 
 }  // namespace lol

@@ -14,8 +14,13 @@ namespace lol {
 namespace fs = std::filesystem;
 
 json StepMetrics::to_json() const {
-  json j = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-            {"tokens_per_s", tokens_per_s}, {"depth", depth}, {"total_flops", total_flops}};
+  json j = {{"step", step},
+            {"loss", loss},
+            {"lr", lr},
+            {"grad_norm", grad_norm},
+            {"tokens_per_s", tokens_per_s},
+            {"depth", depth},
+            {"total_flops", total_flops}};
   if (!load.empty()) {
     j["load"] = load;
     j["load_entropy"] = load_entropy;
@@ -37,7 +42,10 @@ bool is_muon_parameter(const std::string& name, const torch::Tensor& p) {
 }
 
 Trainer::Trainer(LanguageModel model, TrainConfig config, std::string run_dir, torch::Device device)
-    : model_(std::move(model)), config_(std::move(config)), run_dir_(std::move(run_dir)), device_(device) {
+    : model_(std::move(model)),
+      config_(std::move(config)),
+      run_dir_(std::move(run_dir)),
+      device_(device) {
   config_.validate();
   model_->to(device_);
   // The run's randomness (router noise) comes from the CPU generator, which LibTorch seeds
@@ -49,8 +57,8 @@ Trainer::Trainer(LanguageModel model, TrainConfig config, std::string run_dir, t
     generator.set_current_seed(config_.seed);
   }
   source_ = open_source(config_.data, config_.seed, 0);
-  LOL_CHECK(source_->vocab_size() <= model_->config().vocab_size, "data '", config_.data,
-            "' uses ", source_->vocab_size(), " token ids but the model's vocab_size is ",
+  LOL_CHECK(source_->vocab_size() <= model_->config().vocab_size, "data '", config_.data, "' uses ",
+            source_->vocab_size(), " token ids but the model's vocab_size is ",
             model_->config().vocab_size);
   packer_ = std::make_unique<Packer>(*source_, config_.batch_rows, config_.seq_len);
   build_optimizers();
@@ -73,10 +81,12 @@ void Trainer::build_optimizers() {
                       item.key() != "router.depth_vectors");
     }
   }
-  adamw_ = std::make_unique<AdamW>(adam_params, decay,
-                                   AdamWOptions{config_.beta1, config_.beta2, config_.adam_eps, config_.weight_decay});
+  adamw_ = std::make_unique<AdamW>(
+      adam_params, decay,
+      AdamWOptions{config_.beta1, config_.beta2, config_.adam_eps, config_.weight_decay});
   if (!muon_params.empty())
-    muon_ = std::make_unique<Muon>(muon_params, MuonOptions{config_.muon_momentum, config_.weight_decay, true, 5});
+    muon_ = std::make_unique<Muon>(
+        muon_params, MuonOptions{config_.muon_momentum, config_.weight_decay, true, 5});
 }
 
 StepMetrics Trainer::train_step() {
@@ -126,13 +136,15 @@ StepMetrics Trainer::train_step() {
   if (config_.grad_clip > 0)
     m.grad_norm = torch::nn::utils::clip_grad_norm_(params, config_.grad_clip);
   else
-    m.grad_norm = torch::nn::utils::clip_grad_norm_(params, std::numeric_limits<double>::infinity());
+    m.grad_norm =
+        torch::nn::utils::clip_grad_norm_(params, std::numeric_limits<double>::infinity());
   adamw_->step(m.lr);
   if (muon_) muon_->step(m.lr);
   apply_balance(model_, loads);
   ++step_;
   m.step = step_;
-  total_flops_ += model_stats(mc, config_.seq_len, m.depth).train_flops_per_token * static_cast<double>(tokens);
+  total_flops_ +=
+      model_stats(mc, config_.seq_len, m.depth).train_flops_per_token * static_cast<double>(tokens);
   m.total_flops = total_flops_;
   if (mc.is_lol()) {
     const double total = std::accumulate(loads.lol.begin(), loads.lol.end(), 0.0);
@@ -141,9 +153,12 @@ StepMetrics Trainer::train_step() {
     auto bias = dynamic_cast<LolCore&>(model_->core()).router->balance_bias.to(torch::kCPU);
     m.bias_min = bias.min().item<double>();
     m.bias_max = bias.max().item<double>();
-    m.agreement = loads.decisions ? static_cast<double>(loads.agreements) / static_cast<double>(loads.decisions) : 1.0;
+    m.agreement = loads.decisions
+                      ? static_cast<double>(loads.agreements) / static_cast<double>(loads.decisions)
+                      : 1.0;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m.tokens_per_s = static_cast<double>(tokens) / seconds;
   return m;
 }
@@ -171,9 +186,11 @@ EvalResult Trainer::evaluate() {
     auto targets = b.targets.to(device_);
     loss_sum += torch::nn::functional::cross_entropy(
                     logits, targets,
-                    torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum))
+                    torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(
+                        torch::kSum))
                     .item<double>();
-    correct += (logits.argmax(-1) == targets).sum().item<int64_t>();  // ignored targets (-100) never match
+    correct +=
+        (logits.argmax(-1) == targets).sum().item<int64_t>();  // ignored targets (-100) never match
     count += b.loss_tokens;
   }
   model_->train();
@@ -211,7 +228,8 @@ namespace {
 std::vector<std::string> checkpoint_names(const std::string& root) {
   std::vector<std::string> names;
   for (const auto& n : list_directory(root))
-    if (n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos && is_directory(root + "/" + n))
+    if (n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos &&
+        is_directory(root + "/" + n))
       names.push_back(n);
   return names;
 }
@@ -240,7 +258,8 @@ std::string Trainer::save_checkpoint() {
   fs::rename(tmp_dir, final_dir);
   // Keep the newest keep_checkpoints.
   const auto existing = checkpoint_names(root);
-  for (size_t i = 0; i + config_.keep_checkpoints < existing.size(); ++i) remove_tree(root + "/" + existing[i]);
+  for (size_t i = 0; i + config_.keep_checkpoints < existing.size(); ++i)
+    remove_tree(root + "/" + existing[i]);
   return final_dir;
 }
 
@@ -255,8 +274,8 @@ std::string Trainer::latest_checkpoint(const std::string& run_dir) {
 std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir, torch::Device device) {
   const std::string dir = latest_checkpoint(run_dir);
   json meta = json::parse(read_text_file(dir + "/train_state.json"), nullptr, false);
-  LOL_CHECK(!meta.is_discarded() && meta.contains("train_config") && meta.contains("step"),
-            dir, "/train_state.json: not a valid training state");
+  LOL_CHECK(!meta.is_discarded() && meta.contains("train_config") && meta.contains("step"), dir,
+            "/train_state.json: not a valid training state");
   auto config = TrainConfig::from_json(meta["train_config"]);
   auto model = load_model(dir, device);
   auto trainer = std::make_unique<Trainer>(model, config, run_dir, device);

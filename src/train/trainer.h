@@ -15,12 +15,12 @@
 namespace lol {
 
 struct StepMetrics {
-  int64_t step = 0;           // 1-based count of optimizer steps done
+  int64_t step = 0;  // 1-based count of optimizer steps done
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
-  int64_t depth = 0;          // executed core depth
-  std::vector<double> load;   // per-expert share of routed windows (lol)
+  int64_t depth = 0;         // executed core depth
+  std::vector<double> load;  // per-expert share of routed windows (lol)
   double load_entropy = 0, bias_min = 0, bias_max = 0, agreement = 1;
-  double total_flops = 0;     // training FLOPs so far, counted with the grown depth
+  double total_flops = 0;  // training FLOPs so far, counted with the grown depth
   std::optional<double> eval_loss, eval_accuracy;
   json to_json() const;
 };

@@ -29,8 +29,8 @@ template <typename... Parts>
   throw Error(out.str());
 }
 
-#define LOL_CHECK(cond, ...)        \
-  do {                              \
+#define LOL_CHECK(cond, ...)               \
+  do {                                     \
     if (!(cond)) ::lol::fail(__VA_ARGS__); \
   } while (0)
 

@@ -3,11 +3,10 @@
 // help text, so a field is declared once. Each field knows its name, its help line and how to
 // convert itself to and from JSON with a type check that names the field.
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <type_traits>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "util/error.h"
 
@@ -27,12 +26,13 @@ namespace detail {
 template <typename T>
 T json_as(const std::string& name, const json& value) {
   if constexpr (std::is_same_v<T, bool>) {
-    LOL_CHECK(value.is_boolean(), "config key '", name, "' must be true or false, got ", value.dump());
+    LOL_CHECK(value.is_boolean(), "config key '", name, "' must be true or false, got ",
+              value.dump());
     return value.get<bool>();
   } else if constexpr (std::is_integral_v<T>) {
     bool integral = value.is_number_integer() ||
-                    (value.is_number_float() && value.get<double>() == static_cast<double>(
-                                                                         value.get<int64_t>()));
+                    (value.is_number_float() &&
+                     value.get<double>() == static_cast<double>(value.get<int64_t>()));
     LOL_CHECK(integral, "config key '", name, "' must be an integer, got ", value.dump());
     return static_cast<T>(value.get<int64_t>());
   } else if constexpr (std::is_floating_point_v<T>) {
@@ -61,8 +61,7 @@ json fields_to_json(const std::vector<Field<Config>>& fields, const Config& conf
 }
 
 template <typename Config>
-const Field<Config>& find_field(const std::vector<Field<Config>>& fields,
-                                const std::string& name) {
+const Field<Config>& find_field(const std::vector<Field<Config>>& fields, const std::string& name) {
   for (const auto& f : fields)
     if (f.name == name) return f;
   std::string known;

@@ -72,7 +72,9 @@ void make_directories(const std::string& path) {
   LOL_CHECK(!ec, "cannot create directory ", path, ": ", ec.message());
 }
 
-bool path_exists(const std::string& path) { return std::filesystem::exists(path); }
+bool path_exists(const std::string& path) {
+  return std::filesystem::exists(path);
+}
 
 bool is_directory(const std::string& path) {
   struct stat st {};
@@ -97,8 +99,8 @@ void remove_tree(const std::string& path) {
   if (::lstat(path.c_str(), &st) != 0) return;  // already gone
   // Children before their directory (FTW_DEPTH); links are removed, never followed (FTW_PHYS).
   auto remove_one = [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); };
-  LOL_CHECK(::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0, "cannot remove ", path, ": ",
-            std::strerror(errno));
+  LOL_CHECK(::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0, "cannot remove ", path,
+            ": ", std::strerror(errno));
 }
 
 }  // namespace lol

@@ -21,11 +21,17 @@ std::string format_duration(double seconds) {
 }
 
 Progress::Progress(std::string label, int64_t total, int64_t start, int64_t line_every)
-    : label_(std::move(label)), total_(total), start_(start), line_every_(std::max<int64_t>(1, line_every)), last_line_(start),
-      tty_(::isatty(STDERR_FILENO) != 0), began_(std::chrono::steady_clock::now()) {}
+    : label_(std::move(label)),
+      total_(total),
+      start_(start),
+      line_every_(std::max<int64_t>(1, line_every)),
+      last_line_(start),
+      tty_(::isatty(STDERR_FILENO) != 0),
+      began_(std::chrono::steady_clock::now()) {}
 
 void Progress::update(int64_t done, const std::string& info) {
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - began_).count();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began_).count();
   const double rate = elapsed > 0 ? (done - start_) / elapsed : 0;
   const double eta = rate > 0 ? (total_ - done) / rate : -1;
   std::ostringstream line;
@@ -33,7 +39,8 @@ void Progress::update(int64_t done, const std::string& info) {
     const int width = 24;
     const int filled = total_ > 0 ? static_cast<int>(width * done / total_) : 0;
     line << "\r" << label_ << " [" << std::string(filled, '#') << std::string(width - filled, ' ')
-         << "] " << done << "/" << total_ << " " << info << " | ETA " << format_duration(eta) << "\033[K";
+         << "] " << done << "/" << total_ << " " << info << " | ETA " << format_duration(eta)
+         << "\033[K";
     std::cerr << line.str() << std::flush;
   } else if (done - last_line_ >= line_every_ || done == total_) {
     last_line_ = done;
@@ -50,14 +57,20 @@ void Progress::finish(const std::string& info) {
 
 namespace {
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_signal(int) { g_interrupted.store(true); }
+extern "C" void on_signal(int) {
+  g_interrupted.store(true);
+}
 }  // namespace
 
 void install_interrupt_handler() {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
 }
-bool interrupt_requested() { return g_interrupted.load(); }
-void clear_interrupt() { g_interrupted.store(false); }
+bool interrupt_requested() {
+  return g_interrupted.load();
+}
+void clear_interrupt() {
+  g_interrupted.store(false);
+}
 
 }  // namespace lol

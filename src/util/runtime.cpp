@@ -2,12 +2,11 @@
 
 #include <dlfcn.h>
 #include <malloc.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <thread>
-
-#include <torch/torch.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif

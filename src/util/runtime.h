@@ -9,8 +9,9 @@ namespace lol {
 struct RuntimeInfo {
   std::string blas;       // which BLAS library is loaded, with its build config when known
   int torch_threads = 0;  // LibTorch intra-op (OpenMP) threads
-  int kernel_threads = 0; // threads of this project's own parallel kernels (1 if built without OpenMP)
-  int blas_threads = 0;   // OpenBLAS threads (-1 when the BLAS does not say)
+  int kernel_threads =
+      0;  // threads of this project's own parallel kernels (1 if built without OpenMP)
+  int blas_threads = 0;  // OpenBLAS threads (-1 when the BLAS does not say)
 };
 
 // Re-executes the process once with the environment settings that must be in place before

@@ -2,6 +2,10 @@
 
 #include "git_commit.h"  // generated at build time
 namespace lol {
-const char* git_commit() { return LOL_GIT_COMMIT; }
-const char* version() { return LOL_VERSION; }
+const char* git_commit() {
+  return LOL_GIT_COMMIT;
+}
+const char* version() {
+  return LOL_VERSION;
+}
 }  // namespace lol
