@@ -70,10 +70,22 @@ Spread measure_matmul_peak(int64_t size, int reps, torch::Device device, torch::
 
 ModelConfig family_config(ModelConfig base, const std::string& spec) {
   auto dash = spec.find('-');
-  base.family = spec.substr(0, dash);
-  if (dash != std::string::npos) base.core_attention = spec.substr(dash + 1);
-  if (base.family == "looped") base.loop_blocks = std::max<int64_t>(1, base.library_size);
-  if (base.family == "moe") base.moe_experts = base.library_size;
+  base.family = parse_enum<Family>(spec.substr(0, dash), "--families: family");
+  if (dash != std::string::npos)
+    base.core_attention =
+        parse_enum<CoreAttention>(spec.substr(dash + 1), "--families: core attention");
+  // The comparison families get as many blocks or experts as the lol library has.
+  switch (base.family) {
+    case Family::kLol:
+    case Family::kDense:
+      break;
+    case Family::kLooped:
+      base.loop_blocks = std::max<int64_t>(1, base.library_size);
+      break;
+    case Family::kMoe:
+      base.moe_experts = base.library_size;
+      break;
+  }
   base.validate();
   return base;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "train/precision.h"
 
 namespace lol::bench {
 
@@ -18,7 +19,7 @@ struct ModelBenchOptions {
   int64_t batch = 8;
   int reps = 5, warmup = 1;
   std::string output = "md";
-  std::string precision = "auto";  // as TrainConfig::precision: bf16 autocast or fp32
+  Precision precision = Precision::kAuto;  // as TrainConfig::precision: bf16 autocast or fp32
   torch::Device device = torch::kCPU;
 };
 // Training throughput per family: forward+backward, a whole optimizer step, or forward only;

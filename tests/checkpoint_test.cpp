@@ -46,10 +46,10 @@ class CheckpointTest : public ::testing::Test {
 };
 
 TEST_F(CheckpointTest, SaveLoadGivesIdenticalLogitsForEveryFamily) {
-  for (std::string family : {"lol", "dense", "looped", "moe"}) {
+  for (Family family : testing::all_families()) {
     auto c = tiny_config(family);
-    c.router_tied = family != "lol";
-    c.tie_embeddings = family == "dense";
+    c.router_tied = family != Family::kLol;
+    c.tie_embeddings = family == Family::kDense;
     auto model = make_model(c, 42);
     save_model(model, dir_.string());
     auto loaded = load_model(dir_.string(), testing::device());
@@ -58,7 +58,7 @@ TEST_F(CheckpointTest, SaveLoadGivesIdenticalLogitsForEveryFamily) {
     Layout layout(Batch::single({1, 5, 7, 2, 9, 3, 3, 8, 1}, 2, {3}), c.vocab_size,
                   testing::device());
     EXPECT_EQ(max_abs_diff(model->forward(layout).logits, loaded->forward(layout).logits), 0.0)
-        << family;
+        << enum_name(family);
   }
 }
 
@@ -209,7 +209,7 @@ TEST(Config, ValidationNamesTheFieldAndOverridesApply) {
   apply_override(ModelConfig::fields(), "family=dense", c);
   apply_override(ModelConfig::fields(), "router_tied=false", c);
   EXPECT_EQ(c.window, 8);
-  EXPECT_EQ(c.family, "dense");
+  EXPECT_EQ(c.family, Family::kDense);
   EXPECT_FALSE(c.router_tied);
   auto message = [&](const std::string& assignment) {
     ModelConfig copy = tiny_config();

@@ -84,8 +84,8 @@ losses() { grep -o '"loss":[^,]*' "$1/metrics.jsonl"; }
 [ "$(losses "$dir/straight" | wc -l)" -eq 24 ] && [ "$(losses "$dir/straight")" = "$(losses "$dir/interrupted")" ] &&
   pass "losses after SIGINT + resume equal the uninterrupted run" || failed "losses after SIGINT + resume differ"
 expect_error "train over a run" "already holds a run" "$lol" train --preset tiny --steps 2 --out "$dir/run"
-expect_error "train bad setting" "optimizer must be muon or adamw" "$lol" train --preset tiny --train-set optimizer=sgd --out "$dir/run2"
-expect_error "overwrite with a bad setting" "lr must be > 0" "$lol" train --preset tiny --train-set lr=0 --overwrite --out "$dir/run"
+expect_error "train bad setting" "optimizer must be one of muon, adamw; got .sgd." "$lol" train --preset tiny --train-set optimizer=sgd --out "$dir/run2"
+expect_error "overwrite with a bad setting" "lr must be a finite number > 0, got 0" "$lol" train --preset tiny --train-set lr=0 --overwrite --out "$dir/run"
 [ -d "$dir/run/checkpoints" ] && pass "bad overwrite keeps the old run" || failed "a rejected --overwrite deleted the old run"
 expect_ok "train from shard" "$lol" train --preset tiny --set vocab_size=160 --data "$dir/sudoku.shard" --steps 2 --train-set seq_len=512 --out "$dir/run3"
 expect_ok "generate task text" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --max-tokens 8

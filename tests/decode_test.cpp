@@ -13,11 +13,7 @@ namespace {
 using testing::make_model;
 using testing::random_tokens;
 
-struct Seq {
-  std::vector<int64_t> tokens;
-  int64_t prompt_len = 0;
-  std::vector<int64_t> router_only;
-};
+using Seq = TokenSequence;
 
 std::vector<Seq> decode_seqs(std::mt19937& rng, const ModelConfig& c) {
   std::vector<Seq> seqs;
@@ -45,22 +41,9 @@ struct Reference {
 
 Reference full_forward(LanguageModel& model, const std::vector<Seq>& seqs,
                        const ForcedPath* force = nullptr) {
-  int64_t total = 0;
-  for (const auto& s : seqs) total += static_cast<int64_t>(s.tokens.size());
-  Batch batch;
-  batch.tokens = torch::zeros({1, total + 2}, torch::kInt64);
-  batch.router_only = torch::zeros({1, total + 2}, torch::kBool);
-  batch.documents.resize(1);
-  int64_t col = 0;
-  for (const auto& s : seqs) {
-    for (size_t i = 0; i < s.tokens.size(); ++i)
-      batch.tokens[0][col + static_cast<int64_t>(i)] = s.tokens[i];
-    for (auto p : s.router_only) batch.router_only[0][col + p] = true;
-    batch.documents[0].push_back({col, static_cast<int64_t>(s.tokens.size()), s.prompt_len});
-    col += static_cast<int64_t>(s.tokens.size());
-  }
   torch::NoGradGuard no_grad;
-  Layout layout(batch, model->config().vocab_size, testing::device());
+  Layout layout(Batch::from_documents({seqs}, /*extra_columns=*/2), model->config().vocab_size,
+                testing::device());
   ForwardOptions options;
   options.force = force;
   auto result = model->forward(layout, options);
@@ -79,7 +62,7 @@ Reference full_forward(LanguageModel& model, const std::vector<Seq>& seqs,
 // Prefills the first `prefix` tokens of every sequence, then decodes the rest one token per
 // step (all sequences in one batch; finished ones repeat their last token). Returns the
 // logits after every token and the routes.
-std::pair<std::vector<torch::Tensor>, std::vector<DecodeRoute>> decode(
+std::pair<std::vector<torch::Tensor>, std::vector<RouteRecord>> decode(
     LanguageModel& model, const std::vector<Seq>& seqs, int64_t prefix,
     const ForcedPath* force = nullptr) {
   Decoder decoder(model, testing::device(), force);
@@ -95,7 +78,7 @@ std::pair<std::vector<torch::Tensor>, std::vector<DecodeRoute>> decode(
   }
   std::vector<std::vector<torch::Tensor>> rows(seqs.size());
   auto out = decoder.prefill(prompts);
-  std::vector<DecodeRoute> routes = out.routes;
+  std::vector<RouteRecord> routes = out.routes;
   for (size_t b = 0; b < seqs.size(); ++b) rows[b].push_back(out.logits[static_cast<int64_t>(b)]);
   int64_t longest = 0;
   for (const auto& s : seqs)
@@ -150,7 +133,7 @@ void expect_equal_to_forward(LanguageModel& model, const std::vector<Seq>& seqs,
   EXPECT_EQ(matched, ref.routes.size());  // every window of every sequence was routed once
 }
 
-class GoldenDecode : public ::testing::TestWithParam<std::string> {};
+class GoldenDecode : public ::testing::TestWithParam<Family> {};
 
 TEST_P(GoldenDecode, TokenByTokenAndPrefillEqualTheFullForward) {
   std::mt19937 rng(77);
@@ -164,8 +147,8 @@ TEST_P(GoldenDecode, TokenByTokenAndPrefillEqualTheFullForward) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllFamilies, GoldenDecode,
-                         ::testing::Values("lol", "dense", "looped", "moe"));
+INSTANTIATE_TEST_SUITE_P(AllFamilies, GoldenDecode, ::testing::ValuesIn(testing::all_families()),
+                         testing::family_test_name);
 
 TEST(GoldenDecoding, ForcedPathsMatchTheFullForward) {
   auto c = testing::tiny_config();
@@ -208,7 +191,7 @@ TEST(Decode, ForcingTheRoutersOwnChoicesGeneratesTheSame) {
 }
 
 TEST(Decode, RetainDropsSequencesAndLeavesTheOthersAsIfAlone) {
-  for (std::string family : {"lol", "dense", "moe"}) {
+  for (Family family : testing::all_families()) {
     auto c = testing::tiny_config(family);
     auto model = make_model(c, 14);
     std::vector<Prompt> prompts = {
@@ -224,7 +207,8 @@ TEST(Decode, RetainDropsSequencesAndLeavesTheOthersAsIfAlone) {
     for (int64_t i = 0; i < 9; ++i) {  // crosses several window boundaries (W 4, S 2)
       std::vector<int64_t> tokens = {(i * 3) % c.vocab_size, (i * 11 + 1) % c.vocab_size};
       auto a = all.step(tokens), k = kept.step(tokens);
-      EXPECT_LT(testing::max_abs_diff(a.logits, k.logits), 1e-5) << family << " step " << i;
+      EXPECT_LT(testing::max_abs_diff(a.logits, k.logits), 1e-5)
+          << enum_name(family) << " step " << i;
       ASSERT_EQ(a.routes.size(), k.routes.size());
       for (size_t r = 0; r < a.routes.size(); ++r) {
         EXPECT_EQ(a.routes[r].sequence, k.routes[r].sequence);
@@ -274,7 +258,7 @@ TEST(Decode, GenerationWithRowsFinishingEarlyEqualsGeneratingEachAlone) {
 // the rows already there are undisturbed; admitted caches longer and shorter than the
 // running ones (capacity widened either way).
 TEST(Decode, AdmittedSequencesDecodeAsIfAlone) {
-  for (std::string family : {"lol", "dense", "moe"}) {
+  for (Family family : testing::all_families()) {
     auto c = testing::tiny_config(family);
     auto model = make_model(c, 16);
     std::mt19937 rng(17);
@@ -299,7 +283,7 @@ TEST(Decode, AdmittedSequencesDecodeAsIfAlone) {
     }
     auto admitted = running.admit(second);
     auto alone = b.prefill(second);
-    EXPECT_LT(testing::max_abs_diff(admitted.logits, alone.logits), 1e-5) << family;
+    EXPECT_LT(testing::max_abs_diff(admitted.logits, alone.logits), 1e-5) << enum_name(family);
     ASSERT_EQ(admitted.routes.size(), alone.routes.size());
     for (size_t r = 0; r < alone.routes.size(); ++r)
       EXPECT_EQ(admitted.routes[r].sequence, alone.routes[r].sequence + 2);
@@ -309,9 +293,9 @@ TEST(Decode, AdmittedSequencesDecodeAsIfAlone) {
       auto oa = a.step({t[0], t[1]});
       auto ob = b.step({t[2], t[3]});
       EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 0, 2), oa.logits), 1e-5)
-          << family << " step " << i;
+          << enum_name(family) << " step " << i;
       EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 2, 2), ob.logits), 1e-5)
-          << family << " step " << i;
+          << enum_name(family) << " step " << i;
     }
     running.admit(third);
     d.prefill(third);
@@ -323,13 +307,13 @@ TEST(Decode, AdmittedSequencesDecodeAsIfAlone) {
       auto ob = b.step({t[2], t[3]});
       auto od = d.step({t[4]});
       EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 0, 2), oa.logits), 1e-5)
-          << family << " step " << i;
+          << enum_name(family) << " step " << i;
       EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 2, 2), ob.logits), 1e-5)
-          << family << " step " << i;
+          << enum_name(family) << " step " << i;
       EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 4, 1), od.logits), 1e-5)
-          << family << " step " << i;
+          << enum_name(family) << " step " << i;
       size_t expected_routes = oa.routes.size() + ob.routes.size() + od.routes.size();
-      EXPECT_EQ(out.routes.size(), expected_routes) << family << " step " << i;
+      EXPECT_EQ(out.routes.size(), expected_routes) << enum_name(family) << " step " << i;
     }
   }
 }
@@ -445,7 +429,7 @@ TEST(Sampling, GreedyTopKTopPAndSeeds) {
 namespace lol {
 namespace {
 TEST(GoldenDecoding, CachedGreedyEqualsRecomputingTheWholeSequence) {
-  for (std::string family : {"lol", "dense", "moe"}) {
+  for (Family family : testing::all_families()) {
     auto c = testing::tiny_config(family);
     auto model = testing::make_model(c, 21);
     std::vector<Prompt> prompts = {
@@ -458,7 +442,7 @@ TEST(GoldenDecoding, CachedGreedyEqualsRecomputingTheWholeSequence) {
                                    prompts[b].router_only, 15, -1, testing::device());
       std::vector<int64_t> continuation(
           slow.tokens.begin() + static_cast<long>(prompts[b].tokens.size()), slow.tokens.end());
-      EXPECT_EQ(cached[b].tokens, continuation) << family << " prompt " << b;
+      EXPECT_EQ(cached[b].tokens, continuation) << enum_name(family) << " prompt " << b;
       EXPECT_EQ(cached[b].finish_reason, "length");
     }
   }

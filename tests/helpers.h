@@ -26,7 +26,16 @@ inline torch::Device device() {
   return d;
 }
 
-inline ModelConfig tiny_config(const std::string& family = "lol") {
+// Every family, for tests that must cover each (a new family is covered without editing them).
+inline std::vector<Family> all_families() {
+  return enum_values<Family>();
+}
+// Test-name suffix of a family parameter.
+inline std::string family_test_name(const ::testing::TestParamInfo<Family>& info) {
+  return enum_name(info.param);
+}
+
+inline ModelConfig tiny_config(Family family = Family::kLol) {
   ModelConfig c;
   c.family = family;
   c.vocab_size = 32;
@@ -53,22 +62,33 @@ inline LanguageModel make_model(const ModelConfig& c, uint64_t seed, double rout
   model->initialize(seed);
   torch::NoGradGuard no_grad;
   for (auto& [name, t] : model->named_state()) {
-    if (name == "router.weight" || name.find("ffn.router.weight") != std::string::npos)
-      t.mul_(router_scale);
-    if (name.find(".gamma") != std::string::npos || name.find(".beta") != std::string::npos ||
-        name.find("norm.weight") != std::string::npos) {
-      // Move FiLM and norms off their identity start so tests see them act.
-      auto gen = at::detail::createCPUGenerator(seed + 7);
-      t.add_(at::normal(0.0, 0.2, t.sizes(), gen));
+    auto role = model->roles().all().find(name);
+    if (role == model->roles().all().end()) continue;  // buffers
+    switch (role->second) {
+      case ParamRole::kRouter:
+        t.mul_(router_scale);
+        break;
+      case ParamRole::kDepthVector:
+        t.mul_(20.0);
+        break;
+      case ParamRole::kNormWeight:
+      case ParamRole::kFilmScale:
+      case ParamRole::kFilmShift: {
+        // Move FiLM and norms off their identity start so tests see them act.
+        auto gen = at::detail::createCPUGenerator(seed + 7);
+        t.add_(at::normal(0.0, 0.2, t.sizes(), gen));
+        break;
+      }
+      default:
+        break;
     }
-    if (name == "router.depth_vectors") t.mul_(20.0);
   }
   model->to(device());
   return model;
 }
 
 // A random small config of `family`: window, stride, library, depth, tying, GQA, stacks.
-inline ModelConfig random_config(std::mt19937& rng, const std::string& family) {
+inline ModelConfig random_config(std::mt19937& rng, Family family) {
   auto pick = [&](std::vector<int64_t> options) {
     return options[std::uniform_int_distribution<size_t>(0, options.size() - 1)(rng)];
   };
@@ -82,10 +102,8 @@ inline ModelConfig random_config(std::mt19937& rng, const std::string& family) {
   c.tie_embeddings = pick({0, 1}) == 1;
   c.n_prelude = pick({0, 1});
   c.n_coda = pick({0, 1});
-  c.core_attention =
-      family == "lol" ? "full"
-                      : (std::vector<std::string>{"full", "sliding", "strided"})[pick({0, 1, 2})];
-  if (family == "looped") {
+  if (family != Family::kLol) c.core_attention = enum_values<CoreAttention>()[pick({0, 1, 2})];
+  if (family == Family::kLooped) {
     c.loop_blocks = pick({1, 2});
     c.core_depth = c.loop_blocks * pick({1, 2});
   }

@@ -14,40 +14,16 @@ using testing::random_tokens;
 using testing::tiny_config;
 using testing::weights_of;
 
-struct Doc {
-  std::vector<int64_t> tokens;
-  int64_t prompt_len = 0;
-  std::vector<int64_t> router_only;
-};
+using Doc = TokenSequence;
 
 // Packs documents into rows (two per row when `pack`), with padding at the row ends.
 Batch make_batch(const std::vector<Doc>& docs, bool pack) {
-  std::vector<std::vector<const Doc*>> rows;
-  for (size_t i = 0; i < docs.size(); ++i) {
+  std::vector<std::vector<TokenSequence>> rows;
+  for (const auto& doc : docs) {
     if (!pack || rows.empty() || rows.back().size() == 2) rows.emplace_back();
-    rows.back().push_back(&docs[i]);
+    rows.back().push_back(doc);
   }
-  int64_t width = 0;
-  for (const auto& r : rows) {
-    int64_t w = 0;
-    for (const Doc* d : r) w += static_cast<int64_t>(d->tokens.size());
-    width = std::max(width, w + 1);  // at least one padding column
-  }
-  Batch batch;
-  batch.tokens = torch::full({static_cast<int64_t>(rows.size()), width}, 0, torch::kInt64);
-  batch.router_only = torch::zeros({static_cast<int64_t>(rows.size()), width}, torch::kBool);
-  batch.documents.resize(rows.size());
-  for (size_t r = 0; r < rows.size(); ++r) {
-    int64_t col = 0;
-    for (const Doc* d : rows[r]) {
-      const int64_t n = static_cast<int64_t>(d->tokens.size());
-      for (int64_t i = 0; i < n; ++i) batch.tokens[r][col + i] = d->tokens[i];
-      for (int64_t p : d->router_only) batch.router_only[r][col + p] = true;
-      batch.documents[r].push_back(DocumentSpan{col, n, d->prompt_len});
-      col += n;
-    }
-  }
-  return batch;
+  return Batch::from_documents(rows, /*extra_columns=*/1);
 }
 
 reference::Document to_reference(const Doc& d) {
@@ -64,7 +40,7 @@ void expect_matches_reference(const ModelConfig& c, LanguageModel model,
   torch::NoGradGuard no_grad;
   ForwardOptions options;
   options.force = force;
-  options.core_depth = depth;
+  options.executed_depth = depth;
   auto result = model->forward(layout, options);
   auto weights = weights_of(model);
   for (size_t d = 0; d < docs.size(); ++d) {
@@ -83,7 +59,8 @@ void expect_matches_reference(const ModelConfig& c, LanguageModel model,
     auto fast = result.logits.narrow(0, fd.start, fd.length);
     const double diff = max_abs_diff(fast, ref.logits);
     const double scale = std::max(1.0, ref.logits.abs().max().item<double>());
-    EXPECT_LT(diff / scale, 1e-4) << "family " << c.family << " doc " << d << " max diff " << diff;
+    EXPECT_LT(diff / scale, 1e-4) << "family " << enum_name(c.family) << " doc " << d
+                                  << " max diff " << diff;
     EXPECT_EQ(hint.size(), ref.routes.size());
     for (const auto& route : ref.routes) {
       auto key = std::make_pair(route.depth, route.ordinal);
@@ -112,8 +89,8 @@ std::vector<Doc> random_docs(std::mt19937& rng, const ModelConfig& c, int count)
   return docs;
 }
 
-class FamilyTest : public ::testing::TestWithParam<std::string> {};
-class GoldenForward : public ::testing::TestWithParam<std::string> {};
+class FamilyTest : public ::testing::TestWithParam<Family> {};
+class GoldenForward : public ::testing::TestWithParam<Family> {};
 
 TEST_P(GoldenForward, FastPathMatchesSlowReferenceOnRandomConfigs) {
   std::mt19937 rng(1234);
@@ -173,10 +150,10 @@ TEST_P(FamilyTest, PackedRowsEqualEachDocumentAlone) {
             0.0 + 1e-12);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllFamilies, FamilyTest,
-                         ::testing::Values("lol", "dense", "looped", "moe"));
-INSTANTIATE_TEST_SUITE_P(AllFamilies, GoldenForward,
-                         ::testing::Values("lol", "dense", "looped", "moe"));
+INSTANTIATE_TEST_SUITE_P(AllFamilies, FamilyTest, ::testing::ValuesIn(testing::all_families()),
+                         testing::family_test_name);
+INSTANTIATE_TEST_SUITE_P(AllFamilies, GoldenForward, ::testing::ValuesIn(testing::all_families()),
+                         testing::family_test_name);
 
 // A forced path holding the router's own choices, or just its ids, changes nothing.
 TEST(Routing, ForcingTheRoutersOwnChoicesChangesNothing) {
@@ -308,9 +285,9 @@ TEST(GoldenRouting, ExecutedDepthBelowDMatchesTheReference) {
   torch::NoGradGuard no_grad;
   Layout layout(make_batch(docs, false), c.vocab_size, testing::device());
   ForwardOptions options;
-  options.core_depth = 2;
+  options.executed_depth = 2;
   EXPECT_EQ(model->forward(layout, options).routes.size(), 2u);
-  options.core_depth = 5;
+  options.executed_depth = 5;
   EXPECT_THROW(model->forward(layout, options), Error);
 }
 

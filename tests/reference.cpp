@@ -106,6 +106,112 @@ int64_t ordinal(int64_t i, int64_t P, int64_t W, int64_t delta) {
   return i < P ? 0 : 1 + (i - P + delta) / W;
 }
 
+// The routed core of Algorithm 1: per depth, window after window, route then run the expert.
+torch::Tensor routed_core(const Context& ctx, torch::Tensor x, const torch::Tensor& pos,
+                          const std::vector<bool>& ro, int64_t P, int64_t D,
+                          const ForcedPath* force,
+                          const std::map<std::pair<int64_t, int64_t>, int64_t>* hint,
+                          double tie_margin, std::vector<Route>& routes) {
+  const auto& c = ctx.c;
+  const int64_t n = ctx.n;
+  auto router = ctx.get("router.weight");
+  auto bias = ctx.get("router.balance_bias");
+  for (int64_t l = 1; l <= D; ++l) {
+    const int64_t delta = ((l - 1) * c.stride) % c.window;
+    std::vector<int64_t> win(n);
+    for (int64_t i = 0; i < n; ++i) win[i] = ordinal(i, P, c.window, delta);
+    const int64_t K = win[n - 1] + 1;
+    std::vector<torch::Tensor> mu(K);
+    for (int64_t k = 0; k < K; ++k) {
+      std::vector<int64_t> idx;
+      for (int64_t i = 0; i < n; ++i)
+        if (win[i] == k) idx.push_back(i);
+      mu[k] = x.index_select(0, torch::tensor(idx, torch::kInt64)).mean(0);
+    }
+    Film film{ctx.get("core.film.attn.gamma")[l - 1], ctx.get("core.film.attn.beta")[l - 1],
+              ctx.get("core.film.ffn.gamma")[l - 1], ctx.get("core.film.ffn.beta")[l - 1]};
+    auto next = x.clone();
+    for (int64_t k = 0; k < K; ++k) {
+      torch::Tensor r;
+      if (k == 0) {
+        r = (ctx.get("router.depth_vectors")[l - 1] + x[0]) / 2;
+      } else {
+        r = torch::zeros_like(mu[0]);
+        for (int64_t j = 0; j < k; ++j) r = r + mu[j];
+        r = r / static_cast<double>(k);
+      }
+      auto R = router.size(0) == 1 ? router[0] : router[l - 1];
+      auto probs = torch::softmax(torch::matmul(R, r), 0);
+      auto scored = probs + bias;
+      auto sorted = std::get<0>(scored.sort(0, /*descending=*/true));
+      int64_t expert = scored.argmax().item<int64_t>();
+      double margin = c.library_size > 1 ? (sorted[0] - sorted[1]).item<double>()
+                                         : std::numeric_limits<double>::infinity();
+      if (hint && margin < tie_margin) {
+        auto it = hint->find({l, k});
+        if (it != hint->end()) expert = it->second;
+      }
+      double gate_override = -1;
+      bool has_gate = false;
+      if (force) {
+        if (auto* e = force->find(l, k)) {
+          if (e->expert) expert = *e->expert;
+          if (e->gate) {
+            has_gate = true;
+            gate_override = *e->gate;
+          }
+        }
+      }
+      // The gate stays a tensor so gradients reach the router through it (SPEC 1.4).
+      auto gate = has_gate ? torch::tensor(gate_override, torch::kFloat64) : probs[expert];
+      std::vector<int64_t> idx;
+      for (int64_t i = 0; i < n; ++i)
+        if (win[i] == k) idx.push_back(i);
+      auto idx_t = torch::tensor(idx, torch::kInt64);
+      auto xs = x.index_select(0, idx_t);
+      std::vector<bool> ro_w;
+      for (auto i : idx) ro_w.push_back(ro[i]);
+      const int64_t t = static_cast<int64_t>(idx.size());
+      auto y = block(ctx, "library." + std::to_string(expert) + ".", xs, pos.index_select(0, idx_t),
+                     ro_w, torch::ones({t, t}, torch::kBool), &film, false);
+      next.index_copy_(0, idx_t, xs + gate * (y - xs));
+      Route route{l, k, expert, gate.item<double>(), margin, {}};
+      for (int64_t m = 0; m < c.library_size; ++m) route.probs.push_back(probs[m].item<double>());
+      routes.push_back(route);
+    }
+    x = next;
+  }
+  return x;
+}
+
+// A fixed stack: layer i runs block i (looped: i mod R) over the whole document with its mask.
+torch::Tensor stack_core(const Context& ctx, torch::Tensor x, const torch::Tensor& pos,
+                         const std::vector<bool>& ro, int64_t P, int64_t D) {
+  const auto& c = ctx.c;
+  const int64_t n = ctx.n;
+  const int64_t blocks = c.family == Family::kLooped ? c.loop_blocks : c.core_depth;
+  for (int64_t i = 0; i < D; ++i) {
+    auto allowed = torch::ones({n, n}, torch::kBool);
+    const int64_t delta = (i * c.stride) % c.window;
+    for (int64_t a = 0; a < n; ++a)
+      for (int64_t b = 0; b <= a; ++b) {
+        switch (c.core_attention) {
+          case CoreAttention::kFull:
+            break;
+          case CoreAttention::kSliding:
+            allowed[a][b] = a - b < c.window;
+            break;
+          case CoreAttention::kStrided:
+            allowed[a][b] = ordinal(a, P, c.window, delta) == ordinal(b, P, c.window, delta);
+            break;
+        }
+      }
+    x = block(ctx, "core." + std::to_string(i % blocks) + ".", x, pos, ro, allowed, nullptr,
+              c.family == Family::kMoe);
+  }
+  return x;
+}
+
 }  // namespace
 
 Output forward(const ModelConfig& c, const Weights& w, const Document& doc, const ForcedPath* force,
@@ -123,88 +229,15 @@ Output forward(const ModelConfig& c, const Weights& w, const Document& doc, cons
     x = block(ctx, "prelude." + std::to_string(i) + ".", x, pos, ro, causal_all, nullptr, false);
 
   Output out;
-  if (c.family == "lol") {
-    auto router = ctx.get("router.weight");
-    auto bias = ctx.get("router.balance_bias");
-    for (int64_t l = 1; l <= D; ++l) {
-      const int64_t delta = ((l - 1) * c.stride) % c.window;
-      std::vector<int64_t> win(n);
-      for (int64_t i = 0; i < n; ++i) win[i] = ordinal(i, P, c.window, delta);
-      const int64_t K = win[n - 1] + 1;
-      std::vector<torch::Tensor> mu(K);
-      for (int64_t k = 0; k < K; ++k) {
-        std::vector<int64_t> idx;
-        for (int64_t i = 0; i < n; ++i)
-          if (win[i] == k) idx.push_back(i);
-        mu[k] = x.index_select(0, torch::tensor(idx, torch::kInt64)).mean(0);
-      }
-      Film film{ctx.get("core.film.attn.gamma")[l - 1], ctx.get("core.film.attn.beta")[l - 1],
-                ctx.get("core.film.ffn.gamma")[l - 1], ctx.get("core.film.ffn.beta")[l - 1]};
-      auto next = x.clone();
-      for (int64_t k = 0; k < K; ++k) {
-        torch::Tensor r;
-        if (k == 0) {
-          r = (ctx.get("router.depth_vectors")[l - 1] + x[0]) / 2;
-        } else {
-          r = torch::zeros_like(mu[0]);
-          for (int64_t j = 0; j < k; ++j) r = r + mu[j];
-          r = r / static_cast<double>(k);
-        }
-        auto R = router.size(0) == 1 ? router[0] : router[l - 1];
-        auto probs = torch::softmax(torch::matmul(R, r), 0);
-        auto scored = probs + bias;
-        auto sorted = std::get<0>(scored.sort(0, /*descending=*/true));
-        int64_t expert = scored.argmax().item<int64_t>();
-        double margin = c.library_size > 1 ? (sorted[0] - sorted[1]).item<double>()
-                                           : std::numeric_limits<double>::infinity();
-        if (hint && margin < tie_margin) {
-          auto it = hint->find({l, k});
-          if (it != hint->end()) expert = it->second;
-        }
-        double gate_override = -1;
-        bool has_gate = false;
-        if (force) {
-          if (auto* e = force->find(l, k)) {
-            if (e->expert) expert = *e->expert;
-            if (e->gate) {
-              has_gate = true;
-              gate_override = *e->gate;
-            }
-          }
-        }
-        double gate = has_gate ? gate_override : probs[expert].item<double>();
-        std::vector<int64_t> idx;
-        for (int64_t i = 0; i < n; ++i)
-          if (win[i] == k) idx.push_back(i);
-        auto idx_t = torch::tensor(idx, torch::kInt64);
-        auto xs = x.index_select(0, idx_t);
-        std::vector<bool> ro_w;
-        for (auto i : idx) ro_w.push_back(ro[i]);
-        const int64_t t = static_cast<int64_t>(idx.size());
-        auto y =
-            block(ctx, "library." + std::to_string(expert) + ".", xs, pos.index_select(0, idx_t),
-                  ro_w, torch::ones({t, t}, torch::kBool), &film, false);
-        next.index_copy_(0, idx_t, xs + gate * (y - xs));
-        Route route{l, k, expert, gate, margin, {}};
-        for (int64_t m = 0; m < c.library_size; ++m) route.probs.push_back(probs[m].item<double>());
-        out.routes.push_back(route);
-      }
-      x = next;
-    }
-  } else {
-    const int64_t blocks = c.family == "looped" ? c.loop_blocks : c.core_depth;
-    for (int64_t i = 0; i < D; ++i) {
-      auto allowed = torch::ones({n, n}, torch::kBool);
-      const int64_t delta = (i * c.stride) % c.window;
-      for (int64_t a = 0; a < n; ++a)
-        for (int64_t b = 0; b <= a; ++b) {
-          if (c.core_attention == "sliding") allowed[a][b] = a - b < c.window;
-          if (c.core_attention == "strided")
-            allowed[a][b] = ordinal(a, P, c.window, delta) == ordinal(b, P, c.window, delta);
-        }
-      x = block(ctx, "core." + std::to_string(i % blocks) + ".", x, pos, ro, allowed, nullptr,
-                c.family == "moe");
-    }
+  switch (c.family) {
+    case Family::kLol:
+      x = routed_core(ctx, x, pos, ro, P, D, force, hint, tie_margin, out.routes);
+      break;
+    case Family::kDense:
+    case Family::kLooped:
+    case Family::kMoe:
+      x = stack_core(ctx, x, pos, ro, P, D);
+      break;
   }
   for (int64_t i = 0; i < c.n_coda; ++i)
     x = block(ctx, "coda." + std::to_string(i) + ".", x, pos, ro, causal_all, nullptr, false);

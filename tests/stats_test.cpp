@@ -6,7 +6,7 @@ namespace lol {
 namespace {
 
 TEST(Stats, StoredParameterCountMatchesABuiltModel) {
-  for (std::string family : {"lol", "dense", "looped", "moe"})
+  for (Family family : testing::all_families())
     for (bool tied : {true, false}) {
       auto c = testing::tiny_config(family);
       c.router_tied = tied;
@@ -15,16 +15,16 @@ TEST(Stats, StoredParameterCountMatchesABuiltModel) {
       LanguageModel model(c);
       int64_t numel = 0;
       for (const auto& p : model->parameters()) numel += p.numel();
-      EXPECT_EQ(model_stats(c, 16).stored_params, numel) << family << " tied " << tied;
+      EXPECT_EQ(model_stats(c, 16).stored_params, numel) << enum_name(family) << " tied " << tied;
     }
 }
 
 TEST(Stats, LolExecutesDBlocksFromASmallerLibrary) {
-  auto c = testing::tiny_config("lol");
+  auto c = testing::tiny_config(Family::kLol);
   c.core_depth = 8;
   c.library_size = 2;
   auto dense = c;
-  dense.family = "dense";
+  dense.family = Family::kDense;
   auto lol = model_stats(c, 64), ref = model_stats(dense, 64);
   EXPECT_EQ(lol.executed_blocks, ref.executed_blocks);
   EXPECT_LT(lol.stored_params, ref.stored_params);

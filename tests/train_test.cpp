@@ -4,6 +4,7 @@
 #include "data/packer.h"
 #include "data/shards.h"
 #include "helpers.h"
+#include "tasks/copy_task.h"
 #include "train/precision.h"
 #include "train/trainer.h"
 #include "util/files.h"
@@ -96,7 +97,7 @@ TEST(Schedule, WarmupCosineWsdAndGrowth) {
   EXPECT_DOUBLE_EQ(learning_rate(c, 9), 1.0);
   EXPECT_NEAR(learning_rate(c, 55), 0.55, 1e-9);  // halfway down the cosine
   EXPECT_NEAR(learning_rate(c, 100), 0.1, 1e-9);
-  c.schedule = "wsd";
+  c.schedule = Schedule::kWsd;
   c.decay_fraction = 0.2;
   EXPECT_DOUBLE_EQ(learning_rate(c, 50), 1.0);
   EXPECT_NEAR(learning_rate(c, 90), 0.55, 1e-9);
@@ -186,7 +187,7 @@ TEST(Packer, KeepsEveryDocumentWholeAndSeeksExactly) {
   EXPECT_EQ(replay, after_seek);
 }
 
-ModelConfig train_model_config(const std::string& family) {
+ModelConfig train_model_config(Family family) {
   auto c = testing::tiny_config(family);
   c.vocab_size = 20;
   c.d_model = 32;
@@ -213,8 +214,8 @@ TrainConfig small_run() {
 }
 
 TEST(Training, LossFallsOnTheStrategyTaskForLolAndDense) {
-  for (std::string family : {"lol", "dense"}) {
-    auto dir = temp_dir("learn_" + family);
+  for (Family family : {Family::kLol, Family::kDense}) {
+    auto dir = temp_dir(std::string("learn_") + enum_name(family));
     LanguageModel model(train_model_config(family));
     model->initialize(1);
     Trainer trainer(model, small_run(), dir.string(), testing::device());
@@ -223,12 +224,12 @@ TEST(Training, LossFallsOnTheStrategyTaskForLolAndDense) {
     trainer.run({}, [&](const StepMetrics& m) { losses.push_back(m.loss); });
     ASSERT_EQ(losses.size(), 150u);
     const double first = losses[0], last = (losses[147] + losses[148] + losses[149]) / 3;
-    EXPECT_LT(last, 0.6 * first) << family << ": " << first << " -> " << last;
+    EXPECT_LT(last, 0.6 * first) << enum_name(family) << ": " << first << " -> " << last;
     // Held-out: the loss falls with it and the next-token accuracy climbs well above chance.
     const auto after = trainer.evaluate();
-    EXPECT_LT(after.loss, 0.6 * before.loss) << family;
+    EXPECT_LT(after.loss, 0.6 * before.loss) << enum_name(family);
     EXPECT_GT(after.accuracy, before.accuracy + 0.2)
-        << family << ": " << before.accuracy << " -> " << after.accuracy;
+        << enum_name(family) << ": " << before.accuracy << " -> " << after.accuracy;
     EXPECT_LE(after.accuracy, 1.0);
     remove_tree(dir.string());
   }
@@ -247,25 +248,25 @@ TEST(Precision, AutocastGuardSwitchesMatrixProductsToBf16AndRestores) {
     }
   }
   EXPECT_EQ(torch::nn::functional::linear(x, w).scalar_type(), torch::kFloat32);
-  EXPECT_TRUE(uses_bf16_autocast("bf16", torch::kCPU));
-  EXPECT_FALSE(uses_bf16_autocast("auto", torch::kCPU));
-  EXPECT_TRUE(uses_bf16_autocast("auto", torch::Device("cuda")));
-  EXPECT_FALSE(uses_bf16_autocast("fp32", torch::Device("cuda")));
+  EXPECT_TRUE(uses_bf16_autocast(Precision::kBf16, torch::kCPU));
+  EXPECT_FALSE(uses_bf16_autocast(Precision::kAuto, torch::kCPU));
+  EXPECT_TRUE(uses_bf16_autocast(Precision::kAuto, torch::Device("cuda")));
+  EXPECT_FALSE(uses_bf16_autocast(Precision::kFp32, torch::Device("cuda")));
 }
 
 // bf16 autocast (the default on CUDA): the same run learns as in fp32, its first loss agrees
 // with fp32 to bf16 accuracy, and weights and optimizer state stay fp32.
 TEST(Precision, Bf16AutocastTrainingLearnsWithFp32Weights) {
   std::map<std::string, std::vector<double>> losses;
-  for (std::string precision : {"fp32", "bf16"}) {
-    auto dir = temp_dir("bf16_" + precision);
-    LanguageModel model(train_model_config("lol"));
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    auto dir = temp_dir(std::string("bf16_") + enum_name(precision));
+    LanguageModel model(train_model_config(Family::kLol));
     model->initialize(1);
     auto config = small_run();
     config.steps = 100;
     config.precision = precision;
     Trainer trainer(model, config, dir.string(), testing::device());
-    trainer.run({}, [&](const StepMetrics& m) { losses[precision].push_back(m.loss); });
+    trainer.run({}, [&](const StepMetrics& m) { losses[enum_name(precision)].push_back(m.loss); });
     for (const auto& p : model->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat32);
     remove_tree(dir.string());
   }
@@ -290,7 +291,7 @@ TEST(Training, TheSameConfigGivesTheSameRun) {
   std::vector<std::vector<double>> losses(2);
   for (int run = 0; run < 2; ++run) {
     torch::manual_seed(100 + run);
-    LanguageModel model(train_model_config("lol"));
+    LanguageModel model(train_model_config(Family::kLol));
     model->initialize(2);
     Trainer trainer(model, config, temp_dir("same_" + std::to_string(run)).string(), torch::kCPU);
     trainer.run({}, [&](const StepMetrics& m) { losses[run].push_back(m.loss); });
@@ -307,7 +308,7 @@ TEST(Training, KillAndResumeGivesTheSameLossSequence) {
   config.checkpoint_every = 4;
   auto dir_a = temp_dir("resume_a"), dir_b = temp_dir("resume_b");
   auto fresh = [&] {
-    LanguageModel model(train_model_config("lol"));
+    LanguageModel model(train_model_config(Family::kLol));
     model->initialize(2);
     return model;
   };
@@ -370,7 +371,7 @@ std::vector<ResumeCase> resume_cases() {
   grown.grow_start_depth = 1;
   grown.grad_accum = 2;
   auto adamw = run("task:copy", 6, 4, 64);
-  adamw.optimizer = "adamw";
+  adamw.optimizer = Optimizer::kAdamW;
   return {
       {"tiny_maze", preset("tiny", {"vocab_size=160"}), issue},
       {"tiny_grown_accumulated", preset("tiny", {"router_noise_std=0.05"}), grown},
@@ -468,40 +469,55 @@ TEST_P(ResumeTest, ResumingAtEveryStepReproducesTheUninterruptedRun) {
 INSTANTIATE_TEST_SUITE_P(PresetsAndFamilies, ResumeTest, ::testing::ValuesIn(resume_cases()),
                          [](const auto& test) { return test.param.name; });
 
+// For every family whose core balances its routers (lol's window router, each MoE layer).
 TEST(Balancing, BiasMovesLoadTowardUniform) {
-  auto c = train_model_config("lol");
-  c.library_size = 4;
-  c.balance_rate = 0.01;
-  auto model = testing::make_model(c, 3);
-  {
-    // Expert 0 favoured by a bias far above the spread of the router's probabilities.
+  int balanced_families = 0;
+  for (Family family : testing::all_families()) {
+    auto c = train_model_config(family);
+    c.library_size = 4;
+    c.moe_experts = 4;
+    c.moe_top_k = 1;
+    c.balance_rate = 0.02;
+    auto model = testing::make_model(c, 3);
+    const auto biases = model->core().balance_biases();
+    if (biases.empty()) continue;
+    ++balanced_families;
+    {
+      // Expert 0 favoured by a bias larger than any difference of probabilities.
+      torch::NoGradGuard no_grad;
+      for (auto b : biases) b.copy_(torch::tensor({1.05, -0.35, -0.35, -0.35}));
+    }
+    StrategyTask source(1, 0);
+    Packer packer(source, 4, 64);
+    auto batch = packer.next();
+    Layout layout(batch.batch, c.vocab_size, testing::device());
+    std::vector<std::vector<double>> first_load,
+        last_load(biases.size(), std::vector<double>(4, 0.0));
     torch::NoGradGuard no_grad;
-    auto& core = dynamic_cast<LolCore&>(model->core());
-    core.router->balance_bias.copy_(torch::tensor({0.6, -0.2, -0.2, -0.2}));
+    for (int step = 0; step < 120; ++step) {
+      BalanceLoads loads;
+      model->core().count_loads(model->forward(layout).routes, loads);
+      ASSERT_EQ(loads.loads.size(), biases.size()) << enum_name(family);
+      if (step == 0) first_load = loads.loads;
+      if (step >= 100)  // the load it settles at
+        for (size_t r = 0; r < biases.size(); ++r)
+          for (int m = 0; m < 4; ++m) last_load[r][m] += loads.loads[r][m];
+      apply_balance(model->core(), loads, c.balance_rate);
+    }
+    for (size_t r = 0; r < biases.size(); ++r) {
+      EXPECT_EQ(first_load[r][1] + first_load[r][2] + first_load[r][3], 0.0)
+          << enum_name(family) << " router " << r;
+      EXPECT_LT(load_entropy(first_load[r]), 1e-9) << enum_name(family) << " router " << r;
+      EXPECT_GT(load_entropy(last_load[r]), 0.9 * std::log(4.0))
+          << enum_name(family) << " router " << r;
+      EXPECT_NEAR(biases[r].sum().item<double>(), 0.0, 1e-6);
+    }
   }
-  StrategyTask source(1, 0);
-  Packer packer(source, 4, 64);
-  auto batch = packer.next();
-  Layout layout(batch.batch, c.vocab_size, testing::device());
-  std::vector<double> first_load, last_load(4, 0.0);
-  torch::NoGradGuard no_grad;
-  for (int step = 0; step < 120; ++step) {
-    LoadCounter loads;
-    loads.add(model, model->forward(layout), layout);
-    if (step == 0) first_load = loads.lol;
-    if (step >= 100)
-      for (int m = 0; m < 4; ++m) last_load[m] += loads.lol[m];  // the load it settles at
-    apply_balance(model, loads);
-  }
-  EXPECT_EQ(first_load[1] + first_load[2] + first_load[3], 0.0);
-  EXPECT_LT(load_entropy(first_load), 1e-9);
-  EXPECT_GT(load_entropy(last_load), 0.9 * std::log(4.0));
-  auto bias = dynamic_cast<LolCore&>(model->core()).router->balance_bias;
-  EXPECT_NEAR(bias.sum().item<double>(), 0.0, 1e-6);
+  EXPECT_EQ(balanced_families, 2);  // lol and moe
 }
 
 TEST(Training, GrowingChangesTheExecutedDepthOnSchedule) {
-  auto c = train_model_config("lol");
+  auto c = train_model_config(Family::kLol);
   c.core_depth = 4;
   auto config = small_run();
   config.steps = 8;

@@ -163,20 +163,7 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
         for (auto t : g.tokens) ids += (ids.empty() ? "" : ",") + std::to_string(t);
         std::cout << ids << "\n";
       }
-      for (const auto& r : g.routes) {
-        json j = {{"sequence", b},
-                  {"depth", r.depth},
-                  {"window", r.window},
-                  {"position", r.position},
-                  {"expert", r.expert},
-                  {"gate", r.gate},
-                  {"probs", r.probs},
-                  {"router_choice", r.router_choice},
-                  {"forced_expert", r.forced_expert},
-                  {"forced_gate", r.forced_gate}};
-        j["margin"] = std::isfinite(r.margin) ? json(r.margin) : json(nullptr);
-        routes_text += j.dump() + "\n";
-      }
+      for (const auto& r : g.routes) routes_text += r.to_json().dump() + "\n";
     }
     if (!o->routes_out.empty()) write_file_atomic(o->routes_out, routes_text);
   });

@@ -120,7 +120,7 @@ void add_init_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
     model->initialize(o->seed);
     save_model(model, o->out);
     auto stats = model_stats(config, config.max_seq_len);
-    std::cout << "wrote " << o->out << ": " << config.family << " model, "
+    std::cout << "wrote " << o->out << ": " << enum_name(config.family) << " model, "
               << human(static_cast<double>(stats.stored_params)) << " parameters\n";
   });
 }
@@ -137,8 +137,9 @@ void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>
   cmd->add_option("--prompt-len", o->prompt_len, "prompt window length P (0: none)")
       ->check(at_least(0));
   cmd->add_option("--router-only", o->router_only, "router-only positions, comma-separated");
-  cmd->add_option("--force", o->force, "forced path JSON (docs/forced-path.md)");
-  cmd->add_option("--out", o->out, "output JSON file (docs/forward-json.md)")->required();
+  cmd->add_option("--force", o->force, "forced path JSON (docs/formats.md, forced paths)");
+  cmd->add_option("--out", o->out, "output JSON file (docs/formats.md, forward output)")
+      ->required();
   commands.emplace_back(cmd, [o] {
     auto tokens = parse_int_list("--tokens", o->tokens);
     LOL_CHECK(!tokens.empty(), "--tokens: give at least one token id");
@@ -155,8 +156,10 @@ void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>
     ForwardOptions options;
     if (!o->force.empty()) {
       force = ForcedPath::load(o->force);
-      LOL_CHECK(config.is_lol(), "--force: only lol models have routes to force");
-      force.validate(config.core_depth, config.library_size);
+      const auto* routing = model->core().routing();
+      LOL_CHECK(routing, "--force: a ", enum_name(config.family),
+                " model has no window routes to force (family lol has)");
+      routing->check(force);
       options.force = &force;
     }
     torch::NoGradGuard no_grad;
@@ -164,7 +167,7 @@ void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>
     auto result = model->forward(layout, options);
     auto logits = result.logits.to(torch::kCPU, torch::kFloat32).contiguous();
     json out;
-    out["family"] = config.family;
+    out["family"] = enum_name(config.family);
     out["tokens"] = tokens;
     out["prompt_len"] = o->prompt_len;
     out["router_only"] = router_only;
@@ -176,27 +179,8 @@ void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>
           std::vector<float>(data + i * logits.size(1), data + (i + 1) * logits.size(1)));
     out["logits"] = rows;
     json routes = json::array();
-    for (const auto& r : result.routes) {
-      auto probs = r.probs.to(torch::kCPU, torch::kFloat64).contiguous();
-      auto gates = r.gates.to(torch::kCPU, torch::kFloat64).contiguous();
-      for (size_t w = 0; w < r.experts.size(); ++w) {
-        const auto& win = r.partition->windows[w];
-        auto p = probs[static_cast<int64_t>(w)];
-        json route = {
-            {"depth", r.depth},
-            {"window", win.ordinal},
-            {"start", win.start},
-            {"length", win.length},
-            {"expert", r.experts[w]},
-            {"gate", gates[static_cast<int64_t>(w)].item<double>()},
-            {"probs", std::vector<double>(p.data_ptr<double>(), p.data_ptr<double>() + p.numel())},
-            {"router_choice", r.router_choice[w]},
-            {"forced_expert", r.forced_expert[w] != 0},
-            {"forced_gate", r.forced_gate[w] != 0}};
-        route["margin"] = std::isfinite(r.margins[w]) ? json(r.margins[w]) : json(nullptr);
-        routes.push_back(route);
-      }
-    }
+    for (const auto& r : result.routes)
+      for (const auto& record : r.records(&layout)) routes.push_back(record.to_json());
     out["routes"] = routes;
     write_file_atomic(o->out, out.dump() + "\n");
   });
@@ -226,7 +210,7 @@ void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
     }
     const int64_t T = o->seq_len > 0 ? o->seq_len : config.max_seq_len;
     auto s = model_stats(config, T);
-    json j = {{"family", config.family},
+    json j = {{"family", enum_name(config.family)},
               {"seq_len", T},
               {"stored_params", s.stored_params},
               {"active_params", s.active_params},
@@ -241,7 +225,7 @@ void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
       std::cout << j.dump(2) << "\n";
       return;
     }
-    std::cout << "family                 " << config.family << "\n"
+    std::cout << "family                 " << enum_name(config.family) << "\n"
               << "stored parameters      " << human(static_cast<double>(s.stored_params)) << "\n"
               << "active parameters      " << human(static_cast<double>(s.active_params))
               << " per token\n"

@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "commands.h"
-#include "data/document.h"
 #include "infer/generate.h"
 #include "model/checkpoint.h"
+#include "tasks/copy_task.h"
 #include "tasks/score.h"
 #include "train/trainer.h"
 #include "util/files.h"
@@ -24,7 +24,7 @@ std::string fixed(double v, int digits) {
 
 struct Sample {
   std::vector<int64_t> tokens;      // prompt + continuation
-  std::vector<DecodeRoute> routes;  // every window of every depth, in decision order
+  std::vector<RouteRecord> routes;  // every window of every depth, in decision order
 };
 
 // Greedy continuation with the cached decoder.
@@ -39,9 +39,9 @@ Sample greedy(LanguageModel& model, const Prompt& prompt, int64_t max_new, int64
   return s;
 }
 
-void print_routes(const std::vector<DecodeRoute>& routes) {
+void print_routes(const std::vector<RouteRecord>& routes) {
   if (routes.empty()) return;
-  std::map<int64_t, std::vector<const DecodeRoute*>> by_depth;
+  std::map<int64_t, std::vector<const RouteRecord*>> by_depth;
   for (const auto& r : routes) by_depth[r.depth].push_back(&r);
   std::cout << "routes (expert(gate) per window, by depth):\n";
   for (const auto& [depth, list] : by_depth) {
@@ -62,7 +62,7 @@ void report_task(Trainer& trainer, const tasks::TaskData& task, torch::Device de
   const auto& vocab = tasks::vocabulary(task.kind);
   tasks::TaskSource source(task.kind, task.maze_size, trainer.config().seed, 1);
   tasks::ScoreSummary summary;
-  std::vector<DecodeRoute> first_routes;
+  std::vector<RouteRecord> first_routes;
   for (int s = 0; s < 5; ++s) {
     auto seq = source.sequence(s);
     auto doc = seq.document(vocab);
@@ -159,9 +159,9 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       trainer = std::make_unique<Trainer>(model, tc, o->out, device);
     }
     const auto& tc = trainer->config();
-    std::cerr << "training " << trainer->model()->config().family << " on " << tc.data << " for "
-              << tc.steps << " steps (" << tc.batch_rows << " x " << tc.seq_len << " tokens x "
-              << tc.grad_accum << " per step); metrics in "
+    std::cerr << "training " << enum_name(trainer->model()->config().family) << " on " << tc.data
+              << " for " << tc.steps << " steps (" << tc.batch_rows << " x " << tc.seq_len
+              << " tokens x " << tc.grad_accum << " per step); metrics in "
               << (o->resume.empty() ? o->out : o->resume) << "/metrics.jsonl\n";
     install_interrupt_handler();
     Progress progress("train", tc.steps, trainer->step(), tc.log_every);

@@ -28,30 +28,4 @@ class DocumentSource {
   virtual std::string describe() const = 0;
 };
 
-// "task:copy" (built-in synthetic task) or a shard file path (docs/formats.md). `split`
-// selects the training (0) or held-out (1) stream of a task; for shards, held-out data is a
-// separate file.
-std::unique_ptr<DocumentSource> open_source(const std::string& spec, uint64_t seed, int split);
-
-// The built-in strategy task: "Q : x1 .. xk [ S ] A : y1 .. yk <eos>" with S one of copy,
-// reverse, sort and y the digits transformed by S. The descriptor "[ S ]" is router-only and
-// ends the prompt window; the loss covers everything after it. It has the shape of the
-// paper's tasks (prompt window, router-only strategy, loss mask) and needs no files.
-class StrategyTask : public DocumentSource {
- public:
-  StrategyTask(uint64_t seed, int split);
-  Document next() override;
-  json position() const override { return json{{"index", index_}}; }
-  void seek(const json& position) override;
-  int64_t vocab_size() const override { return 20; }
-  std::string describe() const override { return "task:copy (built-in copy/reverse/sort)"; }
-  static Document make(uint64_t seed, int split, int64_t index);
-  static std::string detokenize(const std::vector<int64_t>& tokens);
-
- private:
-  uint64_t seed_;
-  int split_;
-  int64_t index_ = 0;
-};
-
 }  // namespace lol

@@ -22,32 +22,46 @@ int64_t block_bytes_read(Block block) {
 }
 }  // namespace
 
-// One block application in execution order, with its cache and, for windowed layers, the
-// per-sequence window bookkeeping.
+// One block application in execution order (prelude blocks, the core's layers, coda blocks)
+// with its cache and, for windowed layers, each sequence's window bookkeeping.
 struct Decoder::Layer {
-  enum class Kind { kFull, kSliding, kWindow, kRouted };
-  Kind kind = Kind::kFull;
+  CoreLayer spec;         // mask, depth, window, offset; the block unless routed
   std::string hook_name;  // prefill input: "prelude_in", "core_in", "coda_in"
   int64_t hook_index = 0;
-  Block block{nullptr};  // fixed blocks
-  int64_t depth = 0;     // routed / windowed core: 1-based depth
-  int64_t delta = 0;     // window offset
   std::unique_ptr<KVCache> cache;
-  // Windowed layers: the current window of each sequence.
+  // Windowed layers (strided, routed): the current window ordinal of each sequence.
   std::vector<int64_t> ordinal;
   // Routed layers: the route and router state of each sequence's current window.
   std::vector<int64_t> expert;
   torch::Tensor gate;                    // (B)
-  torch::Tensor window_sum, closed_sum;  // (B, d)
+  torch::Tensor window_sum, closed_sum;  // (B, d): current window's inputs; closed windows' means
   std::vector<int64_t> window_count;
+
+  bool routed() const { return spec.mask == CoreLayer::Mask::kRouted; }
+  // Whether the layer attends within windows (its cache holds one window) rather than over
+  // the document (its cache grows with the context).
+  bool windowed() const {
+    switch (spec.mask) {
+      case CoreLayer::Mask::kDocument:
+      case CoreLayer::Mask::kSliding:
+        return false;
+      case CoreLayer::Mask::kStrided:
+      case CoreLayer::Mask::kRouted:
+        return true;
+    }
+    return false;
+  }
+  // Keys a query may reach back (0: unlimited within what the cache holds).
+  int64_t band() const { return spec.mask == CoreLayer::Mask::kSliding ? spec.window : 0; }
 };
 
 Decoder::Decoder(LanguageModel model, torch::Device device, const ForcedPath* force)
-    : model_(std::move(model)), device_(device), force_(force) {
-  const auto& c = model_->config();
+    : model_(std::move(model)), device_(device), force_(force), routing_(model_->core().routing()) {
   if (force_) {
-    LOL_CHECK(c.is_lol(), "a forced path needs a lol model");
-    force_->validate(c.core_depth, c.library_size);
+    LOL_CHECK(routing_ != nullptr,
+              "a forced path needs a core that routes windows (family lol); this is a ",
+              enum_name(model_->config().family), " model");
+    routing_->check(*force_);
   }
 }
 
@@ -56,9 +70,9 @@ Decoder::~Decoder() = default;
 int64_t Decoder::core_state_bytes() const {
   int64_t bytes = 0;
   for (const auto& l : layers_) {
-    if (l->kind != Layer::Kind::kWindow && l->kind != Layer::Kind::kRouted) continue;
+    if (!l->windowed()) continue;
     bytes += l->cache->bytes();
-    if (l->kind == Layer::Kind::kRouted)
+    if (l->routed())
       bytes += (l->window_sum.numel() + l->closed_sum.numel() + l->gate.numel()) * 4 +
                static_cast<int64_t>(l->expert.size() * 3 * sizeof(int64_t));
   }
@@ -68,9 +82,98 @@ int64_t Decoder::core_state_bytes() const {
 int64_t Decoder::growing_cache_bytes() const {
   int64_t bytes = 0;
   for (const auto& l : layers_)
-    if (l->kind == Layer::Kind::kFull || l->kind == Layer::Kind::kSliding)
-      bytes += l->cache->bytes();
+    if (!l->windowed()) bytes += l->cache->bytes();
   return bytes;
+}
+
+ForwardResult Decoder::forward_prompts(const Layout& layout, LayerInputs& inputs) {
+  ForwardOptions options;
+  options.force = force_;
+  options.hook = [&](const std::string& name, int64_t index, const torch::Tensor& t) {
+    if (name == "prelude_in" || name == "core_in" || name == "coda_in") inputs[{name, index}] = t;
+  };
+  return model_->forward(layout, options);
+}
+
+void Decoder::build_layers(int64_t B) {
+  const auto& c = model_->config();
+  auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
+  layers_.clear();
+  auto add = [&](const CoreLayer& spec, const char* hook, int64_t index) {
+    auto l = std::make_unique<Layer>();
+    l->spec = spec;
+    l->hook_name = hook;
+    l->hook_index = index;
+    l->cache = std::make_unique<KVCache>(B, c.n_kv_heads, c.head_dim(), options);
+    l->ordinal.assign(B, -1);
+    if (l->routed()) {
+      l->expert.assign(B, 0);
+      l->gate = torch::zeros({B}, options);
+      l->window_sum = torch::zeros({B, c.d_model}, options);
+      l->closed_sum = torch::zeros({B, c.d_model}, options);
+      l->window_count.assign(B, 0);
+    }
+    layers_.push_back(std::move(l));
+  };
+  auto fixed = [](torch::nn::ModuleList& list, size_t i) {
+    return CoreLayer{CoreLayer::Mask::kDocument, 0, 0, 0, Block(list->ptr<BlockImpl>(i))};
+  };
+  for (size_t i = 0; i < model_->prelude->size(); ++i)
+    add(fixed(model_->prelude, i), "prelude_in", static_cast<int64_t>(i));
+  for (const auto& spec : model_->core().layers(c.core_depth)) add(spec, "core_in", spec.depth);
+  for (size_t i = 0; i < model_->coda->size(); ++i)
+    add(fixed(model_->coda, i), "coda_in", static_cast<int64_t>(i));
+}
+
+void Decoder::fill_state(Layer& l, const Layout& layout, const torch::Tensor& x,
+                         const Rotary& rotary, const RouteDecisions* decision,
+                         const std::vector<RouteRecord>& records, int64_t b,
+                         std::vector<RouteRecord>* routes) {
+  const auto& doc = layout.documents()[b];
+  const auto& ro = layout.router_only();
+  // The keys and values of flat tokens [from, to) that later tokens may see (router-only
+  // tokens are never stored), computed by `block` with `film`.
+  auto keep_range = [&](int64_t from, int64_t to, Block block, const FilmRows* film) {
+    std::vector<int64_t> rows, pos;
+    for (int64_t t = from; t < to; ++t)
+      if (!ro[t]) {
+        rows.push_back(t);
+        pos.push_back(t - doc.start);
+      }
+    if (rows.empty()) return;
+    auto idx = torch::tensor(rows, torch::kInt64).to(device_);
+    auto qkv = block->attention_inputs(x.index_select(0, idx), film);
+    l.cache->append(b, rotary.select(idx).apply(qkv.k), qkv.v, pos);
+  };
+  if (!l.windowed()) {  // full and sliding attention keep the whole prompt
+    keep_range(doc.start, doc.start + doc.length, l.spec.block, nullptr);
+    return;
+  }
+  // Windowed: only the window holding the last prompt token stays.
+  const auto& part = layout.windows(l.spec.window, l.spec.delta);
+  const int64_t w = part.token_window[doc.start + doc.length - 1];
+  const auto& win = part.windows[w];
+  l.ordinal[b] = win.ordinal;
+  if (!l.routed()) {
+    keep_range(win.start, win.start + win.length, l.spec.block, nullptr);
+    return;
+  }
+  l.expert[b] = decision->experts[w];
+  l.gate[b] = decision->gates[w];
+  FilmRows film = routing_->film(l.spec.depth);
+  keep_range(win.start, win.start + win.length, routing_->experts()[l.expert[b]], &film);
+  l.window_sum[b] = x.narrow(0, win.start, win.length).sum(0);
+  l.window_count[b] = win.length;
+  // Closed windows: the sum of their means (r_k = closed_sum / k). Every window of the prompt
+  // was routed: report them as this call's decisions.
+  auto closed = torch::zeros_like(l.closed_sum[b]);
+  for (int64_t j = w - win.ordinal; j < w; ++j)
+    closed += x.narrow(0, part.windows[j].start, part.windows[j].length).mean(0);
+  l.closed_sum[b] = closed;
+  for (int64_t j = w - win.ordinal; j <= w; ++j) {
+    routes->push_back(records[j]);
+    if (j == w) routes->back().length = -1;  // still open: decoding may add tokens to it
+  }
 }
 
 DecodeOutput Decoder::prefill(const std::vector<Prompt>& prompts) {
@@ -78,246 +181,101 @@ DecodeOutput Decoder::prefill(const std::vector<Prompt>& prompts) {
   model_->eval();
   const auto& c = model_->config();
   LOL_CHECK(!prompts.empty(), "prefill needs at least one prompt");
-  const int64_t B = static_cast<int64_t>(prompts.size());
-  // One row per prompt, padded at the end.
-  int64_t width = 0;
+  std::vector<std::vector<TokenSequence>> rows;
   for (const auto& p : prompts) {
     LOL_CHECK(!p.tokens.empty(), "every prompt needs at least one token");
-    width = std::max<int64_t>(width, static_cast<int64_t>(p.tokens.size()));
+    rows.push_back({p});
   }
-  Batch batch;
-  batch.tokens = torch::zeros({B, width}, torch::kInt64);
-  batch.router_only = torch::zeros({B, width}, torch::kBool);
-  batch.documents.resize(B);
-  for (int64_t b = 0; b < B; ++b) {
-    const auto& p = prompts[b];
-    const int64_t n = static_cast<int64_t>(p.tokens.size());
-    for (int64_t i = 0; i < n; ++i) batch.tokens[b][i] = p.tokens[i];
-    for (int64_t r : p.router_only) {
-      LOL_CHECK(r >= 0 && r < n, "router-only position ", r, " is outside prompt ", b, " of ", n,
-                " tokens");
-      batch.router_only[b][r] = true;
-    }
-    batch.documents[b] = {DocumentSpan{0, n, p.prompt_len}};
-  }
-  Layout layout(batch, c.vocab_size, device_);
-  std::map<std::pair<std::string, int64_t>, torch::Tensor> inputs;
-  ForwardOptions options;
-  options.force = force_;
-  options.hook = [&](const std::string& name, int64_t index, const torch::Tensor& t) {
-    if (name == "prelude_in" || name == "core_in" || name == "coda_in") inputs[{name, index}] = t;
-  };
-  auto result = model_->forward(layout, options);
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  Layout layout(Batch::from_documents(rows), c.vocab_size, device_);
+  LayerInputs inputs;
+  auto result = forward_prompts(layout, inputs);
+  build_layers(B);
 
-  // The layers in execution order, each with an empty cache.
-  layers_.clear();
-  positions_.assign(B, 0);
-  prompt_lens_.assign(B, 0);
-  auto options_f = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
-  auto make_layer = [&](Layer::Kind kind, const std::string& hook, int64_t index) {
-    auto l = std::make_unique<Layer>();
-    l->kind = kind;
-    l->hook_name = hook;
-    l->hook_index = index;
-    l->cache = std::make_unique<KVCache>(B, c.n_kv_heads, c.head_dim(), options_f);
-    l->ordinal.assign(B, -1);
-    return l;
-  };
-  for (int64_t i = 0; i < c.n_prelude; ++i) {
-    auto l = make_layer(Layer::Kind::kFull, "prelude_in", i);
-    l->block = Block(model_->prelude->ptr<BlockImpl>(i));
-    layers_.push_back(std::move(l));
-  }
-  if (c.is_lol()) {
-    for (int64_t d = 1; d <= c.core_depth; ++d) {
-      auto l = make_layer(Layer::Kind::kRouted, "core_in", d);
-      l->depth = d;
-      l->delta = ((d - 1) * c.stride) % c.window;
-      l->expert.assign(B, 0);
-      l->gate = torch::zeros({B}, options_f);
-      l->window_sum = torch::zeros({B, c.d_model}, options_f);
-      l->closed_sum = torch::zeros({B, c.d_model}, options_f);
-      l->window_count.assign(B, 0);
-      layers_.push_back(std::move(l));
-    }
-  } else {
-    auto blocks = model_->core().blocks();
-    for (int64_t d = 1; d <= c.core_depth; ++d) {
-      const auto kind = c.core_attention == "sliding"   ? Layer::Kind::kSliding
-                        : c.core_attention == "strided" ? Layer::Kind::kWindow
-                                                        : Layer::Kind::kFull;
-      auto l = make_layer(kind, "core_in", d);
-      l->block = blocks[(d - 1) % blocks.size()];
-      l->depth = d;
-      l->delta = ((d - 1) * c.stride) % c.window;
-      layers_.push_back(std::move(l));
-    }
-  }
-  for (int64_t i = 0; i < c.n_coda; ++i) {
-    auto l = make_layer(Layer::Kind::kFull, "coda_in", i);
-    l->block = Block(model_->coda->ptr<BlockImpl>(i));
-    layers_.push_back(std::move(l));
-  }
-
-  // Fill each layer's state from its inputs over the prompt.
   auto rotary = Rotary::at_positions(layout.positions(), c.head_dim(), c.rope_theta);
-  const auto& docs = layout.documents();
-  const auto& ro = layout.router_only();
-  DecodeOutput out;
   std::map<int64_t, const RouteDecisions*> decision_of_depth;
   for (const auto& r : result.routes) decision_of_depth[r.depth] = &r;
-  for (auto& lp : layers_) {
-    Layer& l = *lp;
-    const auto& x = inputs.at({l.hook_name, l.hook_index});  // (N, d)
-    // Which flat tokens of each sequence the layer's cache holds after the prompt.
-    auto keep_range = [&](int64_t b, int64_t from, int64_t to, Block block, const FilmRows* film) {
-      std::vector<int64_t> rows, pos;
-      for (int64_t t = from; t < to; ++t)
-        if (!ro[t]) {
-          rows.push_back(t);
-          pos.push_back(t - docs[b].start);
-        }
-      if (rows.empty()) return;
-      auto idx = torch::tensor(rows, torch::kInt64).to(device_);
-      auto qkv = block->attention_inputs(x.index_select(0, idx), film);
-      auto rot = rotary.select(idx);
-      l.cache->append(b, rot.apply(qkv.k), qkv.v, pos);
-    };
-    for (int64_t b = 0; b < B; ++b) {
-      const auto& doc = docs[b];
-      const int64_t end = doc.start + doc.length;
-      if (l.kind == Layer::Kind::kFull || l.kind == Layer::Kind::kSliding) {
-        keep_range(b, doc.start, end, l.block, nullptr);
-        continue;
-      }
-      // Windowed: only the window holding the last prompt token stays.
-      const auto& part = layout.windows(c.window, l.delta);
-      const int64_t w = part.token_window[end - 1];
-      const auto& win = part.windows[w];
-      l.ordinal[b] = win.ordinal;
-      if (l.kind == Layer::Kind::kWindow) {
-        keep_range(b, win.start, win.start + win.length, l.block, nullptr);
-        continue;
-      }
-      const RouteDecisions& decision = *decision_of_depth.at(l.depth);
-      auto& lol_core = dynamic_cast<LolCore&>(model_->core());
-      l.expert[b] = decision.experts[w];
-      l.gate[b] = decision.gates[w];
-      FilmRows film = lol_core.film_rows(l.depth);
-      keep_range(b, win.start, win.start + win.length,
-                 Block(lol_core.library->ptr<BlockImpl>(l.expert[b])), &film);
-      l.window_sum[b] = x.narrow(0, win.start, win.length).sum(0);
-      l.window_count[b] = win.length;
-      // Closed windows: the sum of their means (r_k = closed_sum / k).
-      auto closed = torch::zeros({c.d_model}, options_f);
-      for (int64_t j = w - win.ordinal; j < w; ++j)
-        closed += x.narrow(0, part.windows[j].start, part.windows[j].length).mean(0);
-      l.closed_sum[b] = closed;
-      // Every window of the prompt was routed: report them as this call's decisions.
-      auto probs = decision.probs.to(torch::kCPU, torch::kFloat64).contiguous();
-      auto gates = decision.gates.to(torch::kCPU, torch::kFloat64);
-      for (int64_t j = w - win.ordinal; j <= w; ++j) {
-        DecodeRoute route{b,
-                          l.depth,
-                          part.windows[j].ordinal,
-                          part.windows[j].start - doc.start,
-                          decision.experts[j],
-                          decision.router_choice[j],
-                          gates[j].item<double>(),
-                          decision.margins[j],
-                          decision.forced_expert[j] != 0,
-                          decision.forced_gate[j] != 0,
-                          {}};
-        auto p = probs[j];
-        route.probs.assign(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
-        out.routes.push_back(route);
-      }
-    }
+  DecodeOutput out;
+  for (auto& l : layers_) {
+    const RouteDecisions* decision = l->routed() ? decision_of_depth.at(l->spec.depth) : nullptr;
+    const auto records = decision ? decision->records(&layout) : std::vector<RouteRecord>{};
+    const auto& x = inputs.at({l->hook_name, l->hook_index});  // (N, d)
+    for (int64_t b = 0; b < B; ++b)
+      fill_state(*l, layout, x, rotary, decision, records, b, &out.routes);
   }
+  positions_.clear();
   std::vector<int64_t> last;
-  for (int64_t b = 0; b < B; ++b) {
-    last.push_back(docs[b].start + docs[b].length - 1);
-    positions_[b] = docs[b].length;
-    // The layout clips a prompt window longer than the prompt; keep the caller's P so decoding
-    // continues the prompt window (SPEC 1.3 with P given up front).
-    prompt_lens_[b] = prompts[b].prompt_len;
+  for (const auto& doc : layout.documents()) {
+    last.push_back(doc.start + doc.length - 1);
+    positions_.push_back(doc.length);
   }
+  // The layout clips a prompt window longer than the prompt; keep the caller's P so decoding
+  // continues the prompt window (SPEC 1.3 with P given up front).
+  prompt_lens_.clear();
+  for (const auto& p : prompts) prompt_lens_.push_back(p.prompt_len);
   out.logits = result.logits.index_select(0, torch::tensor(last, torch::kInt64).to(device_));
   return out;
 }
 
 torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary& rotary,
                                  const std::vector<uint8_t>& router_only,
-                                 std::vector<DecodeRoute>* routes) {
-  const auto& c = model_->config();
+                                 std::vector<RouteRecord>* routes) {
   const int64_t B = batch();
+  const auto& spec = l.spec;
   auto attend = [&](const BlockImpl::QKV& qkv, int64_t band) {
     return l.cache->attend(rotary.apply(qkv.q), rotary.apply(qkv.k), qkv.v, positions_, router_only,
                            band);
   };
-  if (l.kind != Layer::Kind::kRouted) {
-    if (l.kind == Layer::Kind::kWindow)
-      for (int64_t b = 0; b < B; ++b) {
-        const int64_t k = window_ordinal(positions_[b], prompt_lens_[b], c.window, l.delta);
-        if (k != l.ordinal[b]) {
-          l.cache->clear(b);
-          l.ordinal[b] = k;
-        }
+  // Which sequences open a window at this token (windowed layers).
+  auto opening = [&] {
+    std::vector<int64_t> rows;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t k = window_ordinal(positions_[b], prompt_lens_[b], spec.window, spec.delta);
+      if (k != l.ordinal[b]) rows.push_back(b);
+    }
+    return rows;
+  };
+  if (!l.routed()) {
+    if (l.windowed())
+      for (int64_t b : opening()) {
+        l.cache->clear(b);
+        l.ordinal[b] = window_ordinal(positions_[b], prompt_lens_[b], spec.window, spec.delta);
       }
-    const int64_t band = l.kind == Layer::Kind::kSliding ? c.window : 0;
-    auto y = run_slices(x, {{l.block, 0, B}}, nullptr,
-                        [&](const BlockImpl::QKV& qkv) { return attend(qkv, band); });
+    auto y = run_slices(x, {{spec.block, 0, B}}, nullptr,
+                        [&](const BlockImpl::QKV& qkv) { return attend(qkv, l.band()); });
     stats_.block_calls += 1;
-    stats_.weight_bytes += block_bytes_read(l.block);
+    stats_.weight_bytes += block_bytes_read(spec.block);
     return y;
   }
 
-  // Routed depth: open windows where the ordinal changed, route them, then run each expert
+  // Routed depth: close the windows that end, route the ones that open, then run each expert
   // on the rows that chose it.
-  auto& lol_core = dynamic_cast<LolCore&>(model_->core());
-  std::vector<int64_t> opening, ordinals;
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t k = window_ordinal(positions_[b], prompt_lens_[b], c.window, l.delta);
-    if (k == l.ordinal[b]) continue;
+  const auto opened = opening();
+  std::vector<int64_t> ordinals;
+  for (int64_t b : opened) {
     if (l.ordinal[b] >= 0)
       l.closed_sum[b] += l.window_sum[b] / static_cast<double>(l.window_count[b]);
     l.window_sum[b].zero_();
     l.window_count[b] = 0;
     l.cache->clear(b);
-    l.ordinal[b] = k;
-    opening.push_back(b);
-    ordinals.push_back(k);
+    l.ordinal[b] = window_ordinal(positions_[b], prompt_lens_[b], spec.window, spec.delta);
+    ordinals.push_back(l.ordinal[b]);
   }
-  if (!opening.empty()) {
-    auto rows = torch::tensor(opening, torch::kInt64).to(device_);
-    auto ord = torch::tensor(ordinals, torch::kInt64).to(device_);
-    auto first = (x.index_select(0, rows) + lol_core.router->depth_vectors[l.depth - 1]) / 2;
-    auto prefix =
-        l.closed_sum.index_select(0, rows) / ord.clamp_min(1).to(torch::kFloat32).unsqueeze(1);
-    auto inputs = torch::where((ord == 0).unsqueeze(1), first, prefix);
-    auto probs = lol_core.router->probabilities(inputs, l.depth, false);
-    auto decision = select_experts(probs, lol_core.router->balance_bias, l.depth, ordinals, force_);
-    auto p64 = probs.to(torch::kCPU, torch::kFloat64).contiguous();
-    auto g64 = decision.gates.to(torch::kCPU, torch::kFloat64);
-    for (size_t i = 0; i < opening.size(); ++i) {
-      const int64_t b = opening[i];
+  if (!opened.empty()) {
+    auto rows = torch::tensor(opened, torch::kInt64).to(device_);
+    auto inputs = routing_->router_inputs(x.index_select(0, rows),
+                                          l.closed_sum.index_select(0, rows), ordinals, spec.depth);
+    auto decision = routing_->route(inputs, spec.depth, ordinals, force_);
+    auto records = routes ? decision.records() : std::vector<RouteRecord>{};
+    for (size_t i = 0; i < opened.size(); ++i) {
+      const int64_t b = opened[i];
       l.expert[b] = decision.experts[i];
       l.gate[b] = decision.gates[static_cast<int64_t>(i)];
       if (routes) {
-        DecodeRoute route{b,
-                          l.depth,
-                          ordinals[i],
-                          positions_[b],
-                          decision.experts[i],
-                          decision.router_choice[i],
-                          g64[static_cast<int64_t>(i)].item<double>(),
-                          decision.margins[i],
-                          decision.forced_expert[i] != 0,
-                          decision.forced_gate[i] != 0,
-                          {}};
-        auto p = p64[static_cast<int64_t>(i)];
-        route.probs.assign(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
-        routes->push_back(route);
+        records[i].sequence = b;
+        records[i].window = ordinals[i];
+        records[i].position = positions_[b];
+        routes->push_back(std::move(records[i]));
       }
     }
   }
@@ -326,8 +284,8 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
 
   // The rows grouped by expert, each group one slice of a single pass; attention runs in the
   // cache's row order.
-  FilmRows film = lol_core.film_rows(l.depth);
-  const RowGroups groups = group_rows(l.expert, lol_core.blocks());
+  FilmRows film = routing_->film(spec.depth);
+  const RowGroups groups = group_rows(l.expert, routing_->experts());
   for (const auto& s : groups.slices) {
     stats_.block_calls += 1;
     stats_.weight_bytes += parameter_bytes(*s.block);
@@ -362,7 +320,7 @@ DecodeOutput Decoder::admit(const std::vector<Prompt>& prompts) {
     const Layer& o = *incoming.layers_[i];
     l.cache->append_rows(*o.cache);
     append(l.ordinal, o.ordinal);
-    if (l.kind != Layer::Kind::kRouted) continue;
+    if (!l.routed()) continue;
     append(l.expert, o.expert);
     append(l.window_count, o.window_count);
     l.gate = torch::cat({l.gate, o.gate});
@@ -387,7 +345,7 @@ void Decoder::retain(const std::vector<int64_t>& keep) {
   for (auto& l : layers_) {
     l->cache->retain(keep);
     pick(l->ordinal);
-    if (l->kind != Layer::Kind::kRouted) continue;
+    if (!l->routed()) continue;
     pick(l->expert);
     pick(l->window_count);
     l->gate = l->gate.index_select(0, idx);

@@ -6,6 +6,7 @@
 // under that expert with that depth's FiLM, the running sum of its input states and the sum
 // and count of closed-window means that give the next window's router input. The core's
 // state never grows with the context.
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,24 +16,13 @@
 
 namespace lol {
 
-struct Prompt {
-  std::vector<int64_t> tokens;       // at least one
-  int64_t prompt_len = 0;            // P, window 0 at every depth (SPEC 1.3)
-  std::vector<int64_t> router_only;  // positions within the prompt (SPEC 1.5)
-};
-
-// A routing decision taken while decoding: made when window `window` of depth `depth` opened.
-struct DecodeRoute {
-  int64_t sequence = 0, depth = 0, window = 0, position = 0;  // position: first token of the window
-  int64_t expert = 0, router_choice = 0;
-  double gate = 0, margin = 0;
-  bool forced_expert = false, forced_gate = false;
-  std::vector<double> probs;
-};
+// A prompt: its tokens (at least one), its prompt window P (window 0 at every depth, SPEC 1.3)
+// and its router-only positions (SPEC 1.5).
+using Prompt = TokenSequence;
 
 struct DecodeOutput {
   torch::Tensor logits;             // (B, V): next-token logits after the tokens just fed
-  std::vector<DecodeRoute> routes;  // windows that opened during this call
+  std::vector<RouteRecord> routes;  // windows that opened during this call; sequence = row
 };
 
 class Decoder {
@@ -70,12 +60,21 @@ class Decoder {
 
  private:
   struct Layer;
+  using LayerInputs = std::map<std::pair<std::string, int64_t>, torch::Tensor>;
+  // The jobs of prefill(): the batched forward over the prompts, keeping each layer's input;
+  // the layers in execution order with empty state; the state one layer keeps of one prompt.
+  ForwardResult forward_prompts(const Layout& layout, LayerInputs& inputs);
+  void build_layers(int64_t batch);
+  void fill_state(Layer& layer, const Layout& layout, const torch::Tensor& x, const Rotary& rotary,
+                  const RouteDecisions* decision, const std::vector<RouteRecord>& records,
+                  int64_t b, std::vector<RouteRecord>* routes);
   torch::Tensor run_layer(Layer& layer, const torch::Tensor& x, const Rotary& rotary,
                           const std::vector<uint8_t>& router_only,
-                          std::vector<DecodeRoute>* routes);
+                          std::vector<RouteRecord>* routes);
   LanguageModel model_;
   torch::Device device_;
   const ForcedPath* force_;
+  const WindowRouting* routing_;  // the core's window router; null for cores without one
   std::vector<std::unique_ptr<Layer>> layers_;  // execution order: prelude, core, coda
   std::vector<int64_t> positions_, prompt_lens_;
   Projection head_;  // the LM head (cached panels for a few rows)

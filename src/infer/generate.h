@@ -28,7 +28,7 @@ struct SamplingOptions {
 struct Generation {
   std::vector<int64_t> tokens;      // the continuation
   std::string finish_reason;        // "stop" or "length"
-  std::vector<DecodeRoute> routes;  // every routing decision (prompt windows first), per step
+  std::vector<RouteRecord> routes;  // every routing decision (prompt windows first), per step
 };
 
 // How generate() schedules many prompts: at most max_batch sequences are decoded at once

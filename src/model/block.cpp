@@ -14,6 +14,7 @@ torch::Tensor rms_normalize(const torch::Tensor& x, double eps) {
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", torch::ones({dim}));
+  roles.set("weight", ParamRole::kNormWeight);
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
@@ -23,6 +24,8 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 FilmImpl::FilmImpl(int64_t depth, int64_t dim) {
   gamma = register_parameter("gamma", torch::ones({depth, dim}));
   beta = register_parameter("beta", torch::zeros({depth, dim}));
+  roles.set("gamma", ParamRole::kFilmScale);
+  roles.set("beta", ParamRole::kFilmShift);
 }
 
 namespace {
@@ -37,12 +40,17 @@ AttentionImpl::AttentionImpl(const ModelConfig& c)
   k = register_module("k", linear(c.d_model, kv_heads * head_dim));
   v = register_module("v", linear(c.d_model, kv_heads * head_dim));
   o = register_module("o", linear(heads * head_dim, c.d_model));
+  for (const char* name : {"q.weight", "k.weight", "v.weight"}) roles.set(name, ParamRole::kMatrix);
+  roles.set("o.weight", ParamRole::kResidualOutput);
 }
 
 FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
   gate = register_module("gate", linear(dim, hidden));
   up = register_module("up", linear(dim, hidden));
   down = register_module("down", linear(hidden, dim));
+  roles.set("gate.weight", ParamRole::kMatrix);
+  roles.set("up.weight", ParamRole::kMatrix);
+  roles.set("down.weight", ParamRole::kResidualOutput);
 }
 
 torch::Tensor Projection::apply(const torch::Tensor& x, const std::vector<torch::Tensor>& parts) {
@@ -99,9 +107,13 @@ torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
 
 MoeFeedForwardImpl::MoeFeedForwardImpl(const ModelConfig& c) : top_k(c.moe_top_k) {
   experts = register_module("experts", torch::nn::ModuleList());
-  for (int64_t e = 0; e < c.moe_experts; ++e)
-    experts->push_back(FeedForward(c.d_model, c.ffn_hidden));
+  for (int64_t e = 0; e < c.moe_experts; ++e) {
+    FeedForward expert(c.d_model, c.ffn_hidden);
+    experts->push_back(expert);
+    roles.add("experts." + std::to_string(e), expert->roles);
+  }
   router = register_module("router", linear(c.d_model, c.moe_experts));
+  roles.set("router.weight", ParamRole::kRouter);
   balance_bias = register_buffer("balance_bias", torch::zeros({c.moe_experts}));
 }
 
@@ -143,6 +155,10 @@ BlockImpl::BlockImpl(const ModelConfig& c, bool use_moe) {
     moe = register_module("ffn", MoeFeedForward(c));
   else
     ffn = register_module("ffn", FeedForward(c.d_model, c.ffn_hidden));
+  roles.add("attn_norm", attn_norm->roles);
+  roles.add("attn", attn->roles);
+  roles.add("ffn_norm", ffn_norm->roles);
+  roles.add("ffn", use_moe ? moe->roles : ffn->roles);
 }
 
 torch::Tensor BlockImpl::sublayer_input(const torch::Tensor& normalized, const RMSNorm& norm,

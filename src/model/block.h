@@ -10,6 +10,7 @@
 
 #include "model/attention.h"
 #include "model/config.h"
+#include "model/param_role.h"
 
 namespace lol {
 
@@ -18,6 +19,7 @@ struct RMSNormImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;  // (d)
   double eps;
+  ParamRoles roles;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -31,6 +33,7 @@ torch::Tensor swiglu(const torch::Tensor& both);
 struct FilmImpl : torch::nn::Module {
   FilmImpl(int64_t depth, int64_t dim);
   torch::Tensor gamma, beta;  // (D, d)
+  ParamRoles roles;
 };
 TORCH_MODULE(Film);
 
@@ -43,6 +46,7 @@ struct AttentionImpl : torch::nn::Module {
   explicit AttentionImpl(const ModelConfig& c);
   torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
   int64_t heads, kv_heads, head_dim;
+  ParamRoles roles;
 };
 TORCH_MODULE(Attention);
 
@@ -70,6 +74,7 @@ struct FeedForwardImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
   torch::nn::Linear gate{nullptr}, up{nullptr}, down{nullptr};
   Projection gate_up, down_proj;
+  ParamRoles roles;
 };
 TORCH_MODULE(FeedForward);
 
@@ -82,6 +87,7 @@ struct MoeFeedForwardImpl : torch::nn::Module {
   torch::Tensor balance_bias;         // (E) buffer, moved by the trainer, not by gradient
   int64_t top_k;
   std::vector<int64_t> last_load;  // tokens per expert in the latest forward
+  ParamRoles roles;
 };
 TORCH_MODULE(MoeFeedForward);
 
@@ -109,6 +115,7 @@ struct BlockImpl : torch::nn::Module {
   Projection qkv, out_proj;
   FeedForward ffn{nullptr};
   MoeFeedForward moe{nullptr};  // registered as "ffn" in place of the dense FFN
+  ParamRoles roles;
 };
 TORCH_MODULE(Block);
 

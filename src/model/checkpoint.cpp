@@ -159,7 +159,7 @@ void save_model(const LanguageModel& model, const std::string& dir) {
   for (const auto& [name, tensor] : model->named_state())
     tensors[name] = tensor.to(torch::kFloat32);
   write_safetensors(dir + "/model.safetensors", tensors,
-                    {{"format", "pt"}, {"family", model->config().family}});
+                    {{"format", "pt"}, {"family", enum_name(model->config().family)}});
   write_file_atomic(dir + "/config.json", model->config().to_json().dump(2) + "\n");
 }
 
@@ -195,7 +195,7 @@ void load_state(LanguageModel& model, const TensorMap& tensors, const std::strin
       bool known = std::any_of(expected.begin(), expected.end(),
                                [&](const auto& e) { return e.first == name; });
       LOL_CHECK(known, source, ": unexpected tensor '", name, "' (not part of a ",
-                model->config().family, " model with this config)");
+                enum_name(model->config().family), " model with this config)");
     }
   }
 }

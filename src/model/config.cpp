@@ -7,10 +7,35 @@
 
 namespace lol {
 
+template <>
+const std::vector<std::pair<Family, const char*>>& enum_names<Family>() {
+  static const std::vector<std::pair<Family, const char*>> names = {{Family::kLol, "lol"},
+                                                                    {Family::kDense, "dense"},
+                                                                    {Family::kLooped, "looped"},
+                                                                    {Family::kMoe, "moe"}};
+  return names;
+}
+
+template <>
+const std::vector<std::pair<CoreAttention, const char*>>& enum_names<CoreAttention>() {
+  static const std::vector<std::pair<CoreAttention, const char*>> names = {
+      {CoreAttention::kFull, "full"},
+      {CoreAttention::kSliding, "sliding"},
+      {CoreAttention::kStrided, "strided"}};
+  return names;
+}
+
+template <>
+const std::vector<std::pair<BalanceCount, const char*>>& enum_names<BalanceCount>() {
+  static const std::vector<std::pair<BalanceCount, const char*>> names = {
+      {BalanceCount::kWindows, "windows"}, {BalanceCount::kTokens, "tokens"}};
+  return names;
+}
+
 const std::vector<Field<ModelConfig>>& ModelConfig::fields() {
   using C = ModelConfig;
   static const std::vector<Field<C>> table = {
-      field("family", &C::family, "lol | dense | looped | moe"),
+      field("family", &C::family, "model family"),
       field("vocab_size", &C::vocab_size, "vocabulary size V"),
       field("d_model", &C::d_model, "residual width d"),
       field("n_heads", &C::n_heads, "query heads H"),
@@ -25,13 +50,13 @@ const std::vector<Field<ModelConfig>>& ModelConfig::fields() {
       field("router_tied", &C::router_tied, "one router for all depths"),
       field("router_noise_std", &C::router_noise_std, "router logit noise in training"),
       field("balance_rate", &C::balance_rate, "loss-free balancing rate u"),
-      field("balance_count", &C::balance_count, "windows | tokens"),
+      field("balance_count", &C::balance_count, "what a balancing load counts"),
       field("balance_window0", &C::balance_window0, "count window 0 in the load"),
       field("rope_theta", &C::rope_theta, "rotary base"),
       field("norm_eps", &C::norm_eps, "RMSNorm epsilon"),
       field("tie_embeddings", &C::tie_embeddings, "tie LM head to embedding"),
       field("max_seq_len", &C::max_seq_len, "longest document"),
-      field("core_attention", &C::core_attention, "full | sliding | strided (non-lol core)"),
+      field("core_attention", &C::core_attention, "attention of a non-lol core"),
       field("loop_blocks", &C::loop_blocks, "distinct blocks in the looped core"),
       field("moe_experts", &C::moe_experts, "FFN experts per MoE layer"),
       field("moe_top_k", &C::moe_top_k, "experts per token (MoE)"),
@@ -41,57 +66,67 @@ const std::vector<Field<ModelConfig>>& ModelConfig::fields() {
 }
 
 namespace {
-void check_positive(const char* name, int64_t value) {
-  LOL_CHECK(value > 0, name, " must be > 0, got ", value);
-}
-void check_non_negative(const char* name, int64_t value) {
-  LOL_CHECK(value >= 0, name, " must be >= 0, got ", value);
+// Upper bounds keep every count derived from a config (parameters, FLOPs, cache bytes) far
+// inside int64 whatever the combination, and far above any model this engine is meant for.
+constexpr int64_t kMaxWidth = int64_t{1} << 16;   // d_model
+constexpr int64_t kMaxHidden = int64_t{1} << 20;  // ffn_hidden
+constexpr int64_t kMaxVocab = int64_t{1} << 24;   // vocab_size
+constexpr int64_t kMaxCount = int64_t{1} << 10;   // heads, blocks, depths, experts
+constexpr int64_t kMaxLength = int64_t{1} << 24;  // window, stride, max_seq_len
+
+void check_range(const char* name, int64_t value, int64_t low, int64_t high) {
+  if (low == 1) LOL_CHECK(value >= low, name, " must be > 0, got ", value);
+  LOL_CHECK(value >= low, name, " must be >= ", low, ", got ", value);
+  LOL_CHECK(value <= high, name, " must be <= ", high, ", got ", value);
 }
 void check_finite_non_negative(const char* name, double value) {
   LOL_CHECK(std::isfinite(value) && value >= 0, name, " must be a finite number >= 0, got ", value);
 }
+void check_finite_positive(const char* name, double value) {
+  LOL_CHECK(std::isfinite(value) && value > 0, name, " must be > 0, got ", value);
+}
 }  // namespace
 
 void ModelConfig::validate() const {
-  LOL_CHECK(family == "lol" || family == "dense" || family == "looped" || family == "moe",
-            "family must be one of lol, dense, looped, moe; got '", family, "'");
-  check_positive("vocab_size", vocab_size);
-  check_positive("d_model", d_model);
-  check_positive("n_heads", n_heads);
-  check_positive("n_kv_heads", n_kv_heads);
+  check_range("vocab_size", vocab_size, 1, kMaxVocab);
+  check_range("d_model", d_model, 1, kMaxWidth);
+  check_range("n_heads", n_heads, 1, kMaxCount);
+  check_range("n_kv_heads", n_kv_heads, 1, kMaxCount);
   LOL_CHECK(d_model % n_heads == 0, "d_model (", d_model, ") must be divisible by n_heads (",
             n_heads, ")");
   LOL_CHECK(head_dim() % 2 == 0, "head size d_model / n_heads must be even for rotary, got ",
             head_dim());
   LOL_CHECK(n_kv_heads <= n_heads && n_heads % n_kv_heads == 0, "n_heads (", n_heads,
             ") must be a multiple of n_kv_heads (", n_kv_heads, ")");
-  check_positive("ffn_hidden", ffn_hidden);
-  check_non_negative("n_prelude", n_prelude);
-  check_positive("core_depth", core_depth);
-  check_non_negative("n_coda", n_coda);
-  check_positive("window", window);
-  check_non_negative("stride", stride);
-  check_positive("max_seq_len", max_seq_len);
+  check_range("ffn_hidden", ffn_hidden, 1, kMaxHidden);
+  check_range("n_prelude", n_prelude, 0, kMaxCount);
+  check_range("core_depth", core_depth, 1, kMaxCount);
+  check_range("n_coda", n_coda, 0, kMaxCount);
+  check_range("window", window, 1, kMaxLength);
+  check_range("stride", stride, 0, kMaxLength);
+  check_range("max_seq_len", max_seq_len, 1, kMaxLength);
   check_finite_non_negative("router_noise_std", router_noise_std);
   check_finite_non_negative("balance_rate", balance_rate);
-  LOL_CHECK(balance_count == "windows" || balance_count == "tokens",
-            "balance_count must be 'windows' or 'tokens', got '", balance_count, "'");
-  LOL_CHECK(std::isfinite(rope_theta) && rope_theta > 0, "rope_theta must be > 0, got ",
-            rope_theta);
-  LOL_CHECK(std::isfinite(norm_eps) && norm_eps > 0, "norm_eps must be > 0, got ", norm_eps);
-  LOL_CHECK(std::isfinite(init_std) && init_std > 0, "init_std must be > 0, got ", init_std);
-  LOL_CHECK(core_attention == "full" || core_attention == "sliding" || core_attention == "strided",
-            "core_attention must be one of full, sliding, strided; got '", core_attention, "'");
-  if (family == "lol") check_positive("library_size", library_size);
-  if (family == "looped") {
-    check_positive("loop_blocks", loop_blocks);
-    LOL_CHECK(core_depth % loop_blocks == 0, "core_depth (", core_depth,
-              ") must be a multiple of loop_blocks (", loop_blocks, ") for family looped");
-  }
-  if (family == "moe") {
-    check_positive("moe_experts", moe_experts);
-    LOL_CHECK(moe_top_k >= 1 && moe_top_k <= moe_experts,
-              "moe_top_k must be in [1, moe_experts=", moe_experts, "], got ", moe_top_k);
+  check_finite_positive("rope_theta", rope_theta);
+  check_finite_positive("norm_eps", norm_eps);
+  check_finite_positive("init_std", init_std);
+  // What each family reads besides the shared fields.
+  switch (family) {
+    case Family::kLol:
+      check_range("library_size", library_size, 1, kMaxCount);
+      break;
+    case Family::kDense:
+      break;
+    case Family::kLooped:
+      check_range("loop_blocks", loop_blocks, 1, kMaxCount);
+      LOL_CHECK(core_depth % loop_blocks == 0, "core_depth (", core_depth,
+                ") must be a multiple of loop_blocks (", loop_blocks, ") for family looped");
+      break;
+    case Family::kMoe:
+      check_range("moe_experts", moe_experts, 1, kMaxCount);
+      LOL_CHECK(moe_top_k >= 1 && moe_top_k <= moe_experts,
+                "moe_top_k must be in [1, moe_experts=", moe_experts, "], got ", moe_top_k);
+      break;
   }
 }
 

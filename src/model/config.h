@@ -8,8 +8,22 @@
 
 namespace lol {
 
+// The model families compared in one engine (SPEC 1.9). Adding one: docs/adding-a-family.md.
+enum class Family { kLol, kDense, kLooped, kMoe };
+// The attention mask of a dense, looped or MoE core.
+enum class CoreAttention { kFull, kSliding, kStrided };
+// What a load counts for loss-free balancing (SPEC 1.7).
+enum class BalanceCount { kWindows, kTokens };
+
+template <>
+const std::vector<std::pair<Family, const char*>>& enum_names<Family>();
+template <>
+const std::vector<std::pair<CoreAttention, const char*>>& enum_names<CoreAttention>();
+template <>
+const std::vector<std::pair<BalanceCount, const char*>>& enum_names<BalanceCount>();
+
 struct ModelConfig {
-  std::string family = "lol";     // lol | dense | looped | moe (SPEC 1.9)
+  Family family = Family::kLol;   // lol | dense | looped | moe
   int64_t vocab_size = 256;       // token ids are in [0, vocab_size)
   int64_t d_model = 64;           // residual width d
   int64_t n_heads = 4;            // query heads H; head size is d_model / n_heads
@@ -24,22 +38,22 @@ struct ModelConfig {
   bool router_tied = true;        // one router matrix for all depths (false: one per depth)
   double router_noise_std = 0.0;  // std of Gaussian noise on router logits, training only
   double balance_rate = 1e-3;     // u: loss-free balancing bias step (SPEC 1.7)
-  std::string balance_count = "windows";  // windows | tokens: what a load counts
-  bool balance_window0 = false;           // count window 0 (content-independent route) in the load
-  double rope_theta = 10000.0;            // rotary base
-  double norm_eps = 1e-5;                 // RMSNorm epsilon
-  bool tie_embeddings = true;             // LM head shares the embedding matrix
-  int64_t max_seq_len = 1024;             // longest document the model is meant for
-  std::string core_attention = "full";    // dense/looped/moe core: full | sliding | strided
+  BalanceCount balance_count = BalanceCount::kWindows;  // windows | tokens
+  bool balance_window0 = false;  // count window 0 (content-independent route) in the load
+  double rope_theta = 10000.0;   // rotary base
+  double norm_eps = 1e-5;        // RMSNorm epsilon
+  bool tie_embeddings = true;    // LM head shares the embedding matrix
+  int64_t max_seq_len = 1024;    // longest document the model is meant for
+  CoreAttention core_attention = CoreAttention::kFull;  // non-lol core: full | sliding | strided
   int64_t loop_blocks = 1;  // R: distinct blocks of the looped core (core_depth % R == 0)
   int64_t moe_experts = 4;  // FFN experts per MoE layer
   int64_t moe_top_k = 1;    // experts per token in MoE layers
   double init_std = 0.02;   // std of the normal initialisation of weight matrices
 
   int64_t head_dim() const { return d_model / n_heads; }
-  bool is_lol() const { return family == "lol"; }
 
-  // Throws lol::Error naming the first field that breaks its rule.
+  // Throws lol::Error naming the first field that breaks its rule. Sizes have upper bounds
+  // (docs/config.md) so that no count derived from them overflows.
   void validate() const;
   json to_json() const;
   static ModelConfig from_json(const json& object);  // defaults for absent keys, then validate

@@ -2,56 +2,121 @@
 
 namespace lol {
 
-std::unique_ptr<Core> make_core(const ModelConfig& config, torch::nn::Module& model) {
-  if (config.family == "lol") return std::make_unique<LolCore>(config, model);
-  return std::make_unique<StackCore>(config, model);  // dense, looped, moe
+std::unique_ptr<Core> make_core(const ModelConfig& config, torch::nn::Module& model,
+                                ParamRoles& roles) {
+  switch (config.family) {
+    case Family::kLol:
+      return std::make_unique<LolCore>(config, model, roles);
+    case Family::kDense:
+    case Family::kLooped:
+    case Family::kMoe:
+      return std::make_unique<StackCore>(config, model, roles);
+  }
+  fail("make_core: family ", static_cast<int>(config.family), " has no core");
+}
+
+void add_core_stats(const ModelConfig& config, int64_t seq_len, int64_t depth, ModelStats& stats) {
+  switch (config.family) {
+    case Family::kLol:
+      return LolCore::add_stats(config, seq_len, depth, stats);
+    case Family::kDense:
+    case Family::kLooped:
+    case Family::kMoe:
+      return StackCore::add_stats(config, seq_len, depth, stats);
+  }
+}
+
+const AttentionPlan& layer_plan(const CoreLayer& layer, const Layout& layout) {
+  switch (layer.mask) {
+    case CoreLayer::Mask::kDocument:
+      return layout.document_plan();
+    case CoreLayer::Mask::kSliding:
+      return layout.sliding_plan(layer.window);
+    case CoreLayer::Mask::kStrided:
+    case CoreLayer::Mask::kRouted:
+      return layout.windows(layer.window, layer.delta).plan;
+  }
+  fail("layer_plan: unknown mask");
 }
 
 namespace {
 int64_t executed_depth(const ForwardOptions& options, int64_t depth) {
-  if (options.core_depth < 0) return depth;
-  LOL_CHECK(options.core_depth <= depth, "executed core depth ", options.core_depth,
+  if (options.executed_depth < 0) return depth;
+  LOL_CHECK(options.executed_depth <= depth, "executed core depth ", options.executed_depth,
             " exceeds the model's core_depth ", depth);
-  return options.core_depth;
+  return options.executed_depth;
 }
 }  // namespace
 
-LolCore::LolCore(const ModelConfig& config, torch::nn::Module& model) : config_(config) {
-  library = model.register_module("library", torch::nn::ModuleList());
-  for (int64_t m = 0; m < config.library_size; ++m) library->push_back(Block(config));
+// ---- lol -------------------------------------------------------------------------------
+
+LolCore::LolCore(const ModelConfig& config, torch::nn::Module& model, ParamRoles& roles)
+    : config_(config) {
+  library_ = model.register_module("library", torch::nn::ModuleList());
+  for (int64_t m = 0; m < config.library_size; ++m) {
+    Block expert(config);
+    library_->push_back(expert);
+    roles.add("library." + std::to_string(m), expert->roles);
+  }
   // core.film.{attn,ffn}.{gamma,beta}
   auto core = model.register_module("core", std::make_shared<torch::nn::Module>());
   auto film = core->register_module("film", std::make_shared<torch::nn::Module>());
-  film_attn = film->register_module("attn", Film(config.core_depth, config.d_model));
-  film_ffn = film->register_module("ffn", Film(config.core_depth, config.d_model));
-  router = model.register_module("router", Router(config));
+  film_attn_ = film->register_module("attn", Film(config.core_depth, config.d_model));
+  film_ffn_ = film->register_module("ffn", Film(config.core_depth, config.d_model));
+  roles.add("core.film.attn", film_attn_->roles);
+  roles.add("core.film.ffn", film_ffn_->roles);
+  router_ = model.register_module("router", Router(config));
+  roles.add("router", router_->roles);
 }
 
-FilmRows LolCore::film_rows(int64_t l) const {
-  return FilmRows{film_attn->gamma[l - 1], film_attn->beta[l - 1], film_ffn->gamma[l - 1],
-                  film_ffn->beta[l - 1]};
+FilmRows LolCore::film(int64_t l) const {
+  return FilmRows{film_attn_->gamma[l - 1], film_attn_->beta[l - 1], film_ffn_->gamma[l - 1],
+                  film_ffn_->beta[l - 1]};
 }
 
 std::vector<Block> LolCore::blocks() const {
   std::vector<Block> out;
-  for (size_t m = 0; m < library->size(); ++m) out.emplace_back(library->ptr<BlockImpl>(m));
+  for (size_t m = 0; m < library_->size(); ++m) out.emplace_back(library_->ptr<BlockImpl>(m));
   return out;
+}
+
+std::vector<CoreLayer> LolCore::layers(int64_t depth) const {
+  std::vector<CoreLayer> out;
+  for (int64_t l = 1; l <= depth; ++l)
+    out.push_back({CoreLayer::Mask::kRouted, l, config_.window,
+                   window_offset(l, config_.window, config_.stride), Block(nullptr)});
+  return out;
+}
+
+void LolCore::check(const ForcedPath& path) const {
+  path.validate(config_.core_depth, config_.library_size);
+}
+
+torch::Tensor LolCore::router_inputs(const torch::Tensor& first_states,
+                                     const torch::Tensor& closed_mean_sums,
+                                     const std::vector<int64_t>& ordinals, int64_t depth) const {
+  return router_->decode_inputs(first_states, closed_mean_sums, ordinals, depth);
+}
+
+RouteDecisions LolCore::route(const torch::Tensor& inputs, int64_t depth,
+                              const std::vector<int64_t>& ordinals, const ForcedPath* force) const {
+  auto probs = router_->probabilities(inputs, depth, /*add_noise=*/false);
+  return select_experts(probs, router_->balance_bias, depth, ordinals, force);
 }
 
 torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
                                const Rotary& rotary, const ForwardOptions& options,
                                std::vector<RouteDecisions>* routes) {
-  const int64_t depth_count = executed_depth(options, config_.core_depth);
-  if (options.force) options.force->validate(config_.core_depth, config_.library_size);
+  if (options.force) check(*options.force);
   const int64_t n = layout.num_tokens();
   const auto device = x_in.device();
   torch::Tensor x = x_in;
-  for (int64_t l = 1; l <= depth_count; ++l) {
-    const auto& part =
-        layout.windows(config_.window, window_offset(l, config_.window, config_.stride));
+  for (const auto& layer : layers(executed_depth(options, config_.core_depth))) {
+    const int64_t l = layer.depth;
+    const auto& part = layout.windows(layer.window, layer.delta);
     if (options.hook) options.hook("core_in", l, x);
     RouteDecisions decision =
-        router->route(x, l, part, layout, options.router_noise, options.force);
+        router_->route(x, l, part, layout, options.router_noise, options.force);
     if (options.hook) {
       options.hook("router_input", l, decision.router_inputs);
       options.hook("router_probs", l, decision.probs);
@@ -63,10 +128,10 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
     const RowGroups groups = group_rows(expert_of_token, blocks());
     auto perm_t = torch::tensor(groups.perm, torch::kInt64).to(device);
     auto inverse_t = torch::tensor(groups.inverse, torch::kInt64).to(device);
-    FilmRows film = film_rows(l);
+    FilmRows rows = film(l);
     auto xp = x.index_select(0, perm_t);
     auto yp =
-        run_blocks(xp, groups.slices, rotary.select(perm_t), part.plan, &film, perm_t, inverse_t);
+        run_blocks(xp, groups.slices, rotary.select(perm_t), part.plan, &rows, perm_t, inverse_t);
     // s = H + alpha * (E(H) - H), alpha per window broadcast to its tokens.
     auto alpha = decision.gates.index_select(0, part.token_window_t.index_select(0, perm_t));
     auto sp = xp + alpha.unsqueeze(1) * (yp - xp);
@@ -77,39 +142,144 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
   return x;
 }
 
-StackCore::StackCore(const ModelConfig& config, torch::nn::Module& model) : config_(config) {
-  core = model.register_module("core", torch::nn::ModuleList());
-  const int64_t count = config.family == "looped" ? config.loop_blocks : config.core_depth;
-  for (int64_t i = 0; i < count; ++i) core->push_back(Block(config, config.family == "moe"));
+void LolCore::count_loads(const std::vector<RouteDecisions>& routes, BalanceLoads& loads) const {
+  loads.loads.resize(1);
+  auto& load = loads.loads[0];
+  load.resize(config_.library_size, 0.0);
+  for (const auto& r : routes) {
+    auto top = std::get<1>(r.probs.detach().max(1)).to(torch::kCPU);
+    auto top_a = top.accessor<int64_t, 1>();
+    for (size_t w = 0; w < r.experts.size(); ++w) {
+      const auto& win = r.partition->windows[w];
+      ++loads.decisions;
+      loads.agreements += top_a[static_cast<int64_t>(w)] == r.experts[w];
+      if (win.ordinal == 0 && !config_.balance_window0) continue;
+      switch (config_.balance_count) {
+        case BalanceCount::kWindows:
+          load[r.experts[w]] += 1.0;
+          break;
+        case BalanceCount::kTokens:
+          load[r.experts[w]] += static_cast<double>(win.length);
+          break;
+      }
+    }
+  }
+}
+
+std::vector<torch::Tensor> LolCore::balance_biases() const {
+  return {router_->balance_bias};
+}
+
+// ---- dense, looped, moe ----------------------------------------------------------------
+
+StackCore::StackCore(const ModelConfig& config, torch::nn::Module& model, ParamRoles& roles)
+    : config_(config) {
+  core_ = model.register_module("core", torch::nn::ModuleList());
+  const int64_t count = config.family == Family::kLooped ? config.loop_blocks : config.core_depth;
+  for (int64_t i = 0; i < count; ++i) {
+    Block block(config, config.family == Family::kMoe);
+    core_->push_back(block);
+    roles.add("core." + std::to_string(i), block->roles);
+  }
 }
 
 std::vector<Block> StackCore::blocks() const {
   std::vector<Block> out;
-  for (size_t i = 0; i < core->size(); ++i) out.emplace_back(core->ptr<BlockImpl>(i));
+  for (size_t i = 0; i < core_->size(); ++i) out.emplace_back(core_->ptr<BlockImpl>(i));
   return out;
 }
 
-const AttentionPlan& StackCore::plan_for_layer(const Layout& layout, int64_t layer) const {
-  if (config_.core_attention == "sliding") return layout.sliding_plan(config_.window);
-  if (config_.core_attention == "strided")
-    return layout.windows(config_.window, window_offset(layer + 1, config_.window, config_.stride))
-        .plan;
-  return layout.document_plan();
+std::vector<CoreLayer> StackCore::layers(int64_t depth) const {
+  const auto blocks_owned = blocks();
+  std::vector<CoreLayer> out;
+  for (int64_t l = 1; l <= depth; ++l) {
+    CoreLayer layer{CoreLayer::Mask::kDocument, l, config_.window, 0,
+                    blocks_owned[(l - 1) % static_cast<int64_t>(blocks_owned.size())]};
+    switch (config_.core_attention) {
+      case CoreAttention::kFull:
+        break;
+      case CoreAttention::kSliding:
+        layer.mask = CoreLayer::Mask::kSliding;
+        break;
+      case CoreAttention::kStrided:
+        layer.mask = CoreLayer::Mask::kStrided;
+        layer.delta = window_offset(l, config_.window, config_.stride);
+        break;
+    }
+    out.push_back(layer);
+  }
+  return out;
 }
 
 torch::Tensor StackCore::forward(const torch::Tensor& x_in, const Layout& layout,
                                  const Rotary& rotary, const ForwardOptions& options,
                                  std::vector<RouteDecisions>* /*routes*/) {
-  const int64_t depth_count = executed_depth(options, config_.core_depth);
+  LOL_CHECK(options.force == nullptr,
+            "a forced path needs a core that routes windows (family lol); this is a ",
+            enum_name(config_.family), " model");
+  for (auto b : blocks())
+    if (b->moe) b->moe->last_load.clear();  // layers beyond the executed depth count nothing
   torch::Tensor x = x_in;
   const int64_t n = layout.num_tokens();
-  for (int64_t i = 0; i < depth_count; ++i) {
-    Block block = core->ptr<BlockImpl>(i % static_cast<int64_t>(core->size()));
-    if (options.hook) options.hook("core_in", i + 1, x);
-    x = run_blocks(x, {{block, 0, n}}, rotary, plan_for_layer(layout, i), nullptr);
-    if (options.hook) options.hook("core_depth_out", i + 1, x);
+  for (const auto& layer : layers(executed_depth(options, config_.core_depth))) {
+    if (options.hook) options.hook("core_in", layer.depth, x);
+    x = run_blocks(x, {{layer.block, 0, n}}, rotary, layer_plan(layer, layout), nullptr);
+    if (options.hook) options.hook("core_depth_out", layer.depth, x);
   }
   return x;
+}
+
+void StackCore::count_loads(const std::vector<RouteDecisions>& /*routes*/,
+                            BalanceLoads& loads) const {
+  const auto biased = balance_biases();
+  if (biased.empty()) return;
+  const auto owned = blocks();
+  loads.loads.resize(owned.size());
+  for (size_t i = 0; i < owned.size(); ++i) {
+    const auto& last = owned[i]->moe->last_load;  // tokens per expert of the forward just run
+    loads.loads[i].resize(static_cast<size_t>(config_.moe_experts), 0.0);
+    for (size_t e = 0; e < last.size(); ++e) loads.loads[i][e] += static_cast<double>(last[e]);
+  }
+}
+
+std::vector<torch::Tensor> StackCore::balance_biases() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& b : blocks())
+    if (b->moe) out.push_back(b->moe->balance_bias);
+  return out;
+}
+
+// ---- sizes from the config alone -------------------------------------------------------
+
+void LolCore::add_stats(const ModelConfig& c, int64_t seq_len, int64_t depth, ModelStats& s) {
+  const int64_t d = c.d_model;
+  const auto plain = block_cost(c, false);
+  const int64_t router = (c.router_tied ? 1 : c.core_depth) * c.library_size * d + c.core_depth * d;
+  const int64_t film = 4 * c.core_depth * d;
+  s.stored_params += c.library_size * plain.params + router + film;
+  s.active_params += std::min(depth, c.library_size) * plain.params_active + router + film;
+  s.executed_matmul_params += depth * (plain.matmul_active + c.library_size * d);
+  s.attention_flops_per_token +=
+      depth * attention_flops_per_key(c) * mean_keys(c, seq_len, true, 0);
+  // Per depth: K/V of the current window, its running sum, the closed-window sum, route.
+  s.core_cache_bytes = depth * (c.window * kv_bytes_per_token_layer(c) + 2 * d * 4 + 16);
+}
+
+void StackCore::add_stats(const ModelConfig& c, int64_t seq_len, int64_t depth, ModelStats& s) {
+  const bool moe = c.family == Family::kMoe;
+  const auto block = block_cost(c, moe);
+  const int64_t distinct = c.family == Family::kLooped ? c.loop_blocks : c.core_depth;
+  s.stored_params += distinct * block.params;
+  s.active_params += std::min(depth, distinct) * block.params_active;
+  s.executed_matmul_params += depth * block.matmul_active;
+  const bool windowed = c.core_attention == CoreAttention::kStrided;
+  const int64_t band = c.core_attention == CoreAttention::kSliding ? c.window : 0;
+  s.attention_flops_per_token +=
+      depth * attention_flops_per_key(c) * mean_keys(c, seq_len, windowed, band);
+  if (windowed || band > 0)
+    s.core_cache_bytes = depth * c.window * kv_bytes_per_token_layer(c);
+  else
+    s.fixed_cache_bytes_per_token += depth * kv_bytes_per_token_layer(c);
 }
 
 }  // namespace lol

@@ -12,19 +12,42 @@ int64_t window_ordinal(int64_t i, int64_t prompt_len, int64_t window, int64_t de
   return 1 + (i - prompt_len + delta) / window;
 }
 
+Batch Batch::from_documents(const std::vector<std::vector<TokenSequence>>& rows,
+                            int64_t extra_columns) {
+  int64_t width = 0;
+  for (const auto& row : rows) {
+    int64_t used = 0;
+    for (const auto& doc : row) used += static_cast<int64_t>(doc.tokens.size());
+    width = std::max(width, used);
+  }
+  width += extra_columns;
+  const int64_t count = static_cast<int64_t>(rows.size());
+  Batch batch;
+  batch.tokens = torch::zeros({count, width}, torch::kInt64);
+  batch.router_only = torch::zeros({count, width}, torch::kBool);
+  batch.documents.resize(rows.size());
+  auto tokens = batch.tokens.accessor<int64_t, 2>();
+  auto router_only = batch.router_only.accessor<bool, 2>();
+  for (int64_t r = 0; r < count; ++r) {
+    int64_t column = 0;
+    for (const auto& doc : rows[r]) {
+      const int64_t n = static_cast<int64_t>(doc.tokens.size());
+      for (int64_t i = 0; i < n; ++i) tokens[r][column + i] = doc.tokens[i];
+      for (int64_t p : doc.router_only) {
+        LOL_CHECK(p >= 0 && p < n, "router-only position ", p, " is outside the sequence of ", n,
+                  " tokens");
+        router_only[r][column + p] = true;
+      }
+      batch.documents[r].push_back(DocumentSpan{column, n, doc.prompt_len});
+      column += n;
+    }
+  }
+  return batch;
+}
+
 Batch Batch::single(const std::vector<int64_t>& tokens, int64_t prompt_len,
                     const std::vector<int64_t>& router_only_positions) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  Batch batch;
-  batch.tokens = torch::tensor(tokens, torch::kInt64).view({1, n});
-  batch.router_only = torch::zeros({1, n}, torch::kBool);
-  for (int64_t p : router_only_positions) {
-    LOL_CHECK(p >= 0 && p < n, "router-only position ", p, " is outside the sequence of ", n,
-              " tokens");
-    batch.router_only[0][p] = true;
-  }
-  batch.documents = {{DocumentSpan{0, n, prompt_len}}};
-  return batch;
+  return from_documents({{TokenSequence{tokens, prompt_len, router_only_positions}}});
 }
 
 Layout::Layout(const Batch& batch, int64_t vocab_size, torch::Device device) : device_(device) {

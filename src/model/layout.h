@@ -20,6 +20,14 @@ struct DocumentSpan {
   int64_t prompt_len = 0;  // P: tokens forming window 0 at every depth (0: none)
 };
 
+// A document as a caller gives it: its tokens, its prompt window P (SPEC 1.3) and the
+// positions of its router-only tokens (SPEC 1.5).
+struct TokenSequence {
+  std::vector<int64_t> tokens;
+  int64_t prompt_len = 0;
+  std::vector<int64_t> router_only;
+};
+
 // What the caller gives: rows of token ids; each row holds documents, the rest is padding.
 struct Batch {
   torch::Tensor tokens;       // (B, T) int64
@@ -27,6 +35,11 @@ struct Batch {
   std::vector<std::vector<DocumentSpan>> documents;  // per row; empty row list = one document
                                                      // spanning the whole row with P = 0
 
+  // Rows of documents, each row's documents one after another from column 0, every row padded
+  // to the longest plus `extra_columns`. Throws naming a router-only position outside its
+  // document.
+  static Batch from_documents(const std::vector<std::vector<TokenSequence>>& rows,
+                              int64_t extra_columns = 0);
   // One sequence as a batch of one row holding one document.
   static Batch single(const std::vector<int64_t>& tokens, int64_t prompt_len = 0,
                       const std::vector<int64_t>& router_only_positions = {});
@@ -69,8 +82,6 @@ class Layout {
 
   torch::Tensor tokens() const { return tokens_; }        // (N) int64
   torch::Tensor positions() const { return positions_; }  // (N) int64, restart per document
-  // (N) int64: flat index of each token within the (B, T) grid, to scatter results back.
-  torch::Tensor grid_index() const { return grid_index_; }
   int64_t rows() const { return rows_; }
   int64_t columns() const { return columns_; }
 
@@ -89,7 +100,8 @@ class Layout {
   int64_t rows_ = 0, columns_ = 0;
   std::vector<FlatDocument> documents_;
   std::vector<uint8_t> router_only_;
-  torch::Tensor tokens_, positions_, grid_index_;
+  torch::Tensor tokens_, positions_;
+  torch::Tensor grid_index_;  // (N) int64: flat index of each token in the (B, T) grid (to_grid)
   mutable std::unique_ptr<AttentionPlan> document_plan_;
   mutable std::map<int64_t, AttentionPlan> sliding_plans_;
   mutable std::map<std::pair<int64_t, int64_t>, WindowPartition> partitions_;
@@ -97,5 +109,10 @@ class Layout {
 
 // Window ordinal of position i (0-based within its document) at offset delta (SPEC 1.3).
 int64_t window_ordinal(int64_t i, int64_t prompt_len, int64_t window, int64_t delta);
+
+// SPEC 1.3: window offset delta_l of routed depth l (1-based).
+inline int64_t window_offset(int64_t depth, int64_t window, int64_t stride) {
+  return ((depth - 1) * stride) % window;
+}
 
 }  // namespace lol

@@ -1,30 +1,61 @@
 #include "model/model.h"
 
+#include <unistd.h>
+
 #include <cmath>
+
+#include "model/stats.h"
 
 namespace lol {
 
+namespace {
+// Physical memory of this machine in bytes (0 when the system does not say).
+double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+}  // namespace
+
 LanguageModelImpl::LanguageModelImpl(const ModelConfig& config) : config_(config) {
   config_.validate();
+  // Parameters are made in fp32 on the CPU first (then moved): refuse what cannot fit there
+  // with a message, rather than being killed by the kernel halfway through the allocation.
+  const double bytes =
+      4.0 * static_cast<double>(model_stats(config_, config_.max_seq_len).stored_params);
+  const double memory = physical_memory_bytes();
+  LOL_CHECK(memory <= 0 || bytes <= memory, "the config describes a model of ", bytes / 1e9,
+            " GB of fp32 parameters, more than this machine's ", memory / 1e9, " GB of memory");
   embed = register_module("embed", torch::nn::Embedding(config.vocab_size, config.d_model));
+  roles_.set("embed.weight", ParamRole::kEmbedding);
   prelude = register_module("prelude", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.n_prelude; ++i) prelude->push_back(Block(config));
-  core_ = make_core(config, *this);
+  for (int64_t i = 0; i < config.n_prelude; ++i) {
+    Block block(config);
+    prelude->push_back(block);
+    roles_.add("prelude." + std::to_string(i), block->roles);
+  }
+  core_ = make_core(config, *this, roles_);
   coda = register_module("coda", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.n_coda; ++i) coda->push_back(Block(config));
+  for (int64_t i = 0; i < config.n_coda; ++i) {
+    Block block(config);
+    coda->push_back(block);
+    roles_.add("coda." + std::to_string(i), block->roles);
+  }
   norm = register_module("norm", RMSNorm(config.d_model, config.norm_eps));
-  if (!config.tie_embeddings)
+  roles_.add("norm", norm->roles);
+  if (!config.tie_embeddings) {
     lm_head = register_module(
         "lm_head",
         torch::nn::Linear(torch::nn::LinearOptions(config.d_model, config.vocab_size).bias(false)));
-}
-
-std::vector<Block> LanguageModelImpl::all_blocks() const {
-  std::vector<Block> out;
-  for (size_t i = 0; i < prelude->size(); ++i) out.emplace_back(prelude->ptr<BlockImpl>(i));
-  for (auto& b : core_->blocks()) out.push_back(b);
-  for (size_t i = 0; i < coda->size(); ++i) out.emplace_back(coda->ptr<BlockImpl>(i));
-  return out;
+    roles_.set("lm_head.weight", ParamRole::kHead);
+  }
+  // Every parameter has a role, and every role a parameter: a module that registers a tensor
+  // without saying what it is fails here, in every test that builds a model.
+  const auto parameters = named_parameters(/*recurse=*/true);
+  for (const auto& item : parameters)
+    LOL_CHECK(roles_.all().count(item.key()), "parameter '", item.key(),
+              "' has no role (model/param_role.h)");
+  LOL_CHECK(roles_.all().size() == parameters.size(), "roles name ", roles_.all().size(),
+            " parameters but the model has ", parameters.size());
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> LanguageModelImpl::named_state() const {
@@ -43,24 +74,31 @@ void LanguageModelImpl::initialize(uint64_t seed) {
   const double std_dev = config_.init_std;
   const double blocks =
       static_cast<double>(config_.n_prelude + config_.core_depth + config_.n_coda);
-  const double residual_std = std_dev / std::sqrt(2.0 * blocks);
-  // Draw on the CPU with our own generator so every device gets the same weights.
+  // Draw on the CPU with our own generator so every device gets the same weights; tensors in
+  // name order, so the draws do not depend on registration order.
   auto normal_ = [&](torch::Tensor& t, double s) {
-    auto values =
-        at::normal(0.0, s, t.sizes(), generator, torch::TensorOptions().dtype(torch::kFloat32));
-    t.copy_(values);
+    t.copy_(
+        at::normal(0.0, s, t.sizes(), generator, torch::TensorOptions().dtype(torch::kFloat32)));
   };
   for (auto& [name, tensor] : named_state()) {
-    const bool is_matrix = tensor.dim() >= 2 && name.find("film") == std::string::npos;
-    const bool residual_out = name.find(".attn.o.weight") != std::string::npos ||
-                              name.find(".down.weight") != std::string::npos;
-    if (name.find("balance_bias") != std::string::npos || name.find(".beta") != std::string::npos) {
+    auto role = roles_.all().find(name);
+    if (role == roles_.all().end()) {  // buffers: the balancing biases
       tensor.zero_();
-    } else if (name.find("norm.weight") != std::string::npos ||
-               name.find(".gamma") != std::string::npos) {
-      tensor.fill_(1.0);
-    } else if (is_matrix || name == "router.depth_vectors") {
-      normal_(tensor, residual_out ? residual_std : std_dev);
+      continue;
+    }
+    switch (role_traits(role->second).init) {
+      case Init::kNormal:
+        normal_(tensor, std_dev);
+        break;
+      case Init::kNormalResidual:
+        normal_(tensor, std_dev / std::sqrt(2.0 * blocks));
+        break;
+      case Init::kOnes:
+        tensor.fill_(1.0);
+        break;
+      case Init::kZeros:
+        tensor.zero_();
+        break;
     }
   }
 }

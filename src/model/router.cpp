@@ -89,6 +89,26 @@ RouterImpl::RouterImpl(const ModelConfig& c) : noise_std(c.router_noise_std) {
   weight = register_parameter("weight", torch::zeros({copies, c.library_size, c.d_model}));
   depth_vectors = register_parameter("depth_vectors", torch::zeros({c.core_depth, c.d_model}));
   balance_bias = register_buffer("balance_bias", torch::zeros({c.library_size}));
+  roles.set("weight", ParamRole::kRouter);
+  roles.set("depth_vectors", ParamRole::kDepthVector);
+}
+
+namespace {
+// SPEC 1.4: r_0 = (first state + e[l]) / 2, r_k = the mean of the k closed windows' means.
+torch::Tensor window_inputs(const torch::Tensor& first_states, const torch::Tensor& prefix_means,
+                            const torch::Tensor& ordinals, const torch::Tensor& depth_vector) {
+  return torch::where((ordinals == 0).unsqueeze(1), (first_states + depth_vector) / 2,
+                      prefix_means);
+}
+}  // namespace
+
+torch::Tensor RouterImpl::decode_inputs(const torch::Tensor& first_states,
+                                        const torch::Tensor& closed_mean_sums,
+                                        const std::vector<int64_t>& ordinals, int64_t depth) const {
+  auto ordinal_t = torch::tensor(ordinals, torch::kInt64).to(first_states.device());
+  auto prefix_means =
+      closed_mean_sums / ordinal_t.clamp_min(1).to(closed_mean_sums.scalar_type()).unsqueeze(1);
+  return window_inputs(first_states, prefix_means, ordinal_t, depth_vectors[depth - 1]);
 }
 
 RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
@@ -128,13 +148,59 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
                   .view({num_docs * max_windows, d});
   auto prefix_mean = grid.index_select(0, as_tensor(slot_prev)) /
                      ordinal_t.clamp_min(1).to(states.scalar_type()).unsqueeze(1);
-  auto first = (states.index_select(0, as_tensor(first_token)) + depth_vectors[depth - 1]) / 2;
-  auto inputs = torch::where((ordinal_t == 0).unsqueeze(1), first, prefix_mean);  // (Nw, d)
+  auto inputs =
+      window_inputs(states.index_select(0, as_tensor(first_token)), prefix_mean, ordinal_t,
+                    depth_vectors[depth - 1]);  // (Nw, d)
 
   auto probs = probabilities(inputs, depth, add_noise);
   RouteDecisions out = select_experts(probs, balance_bias, depth, ordinals, force);
   out.partition = &part;
   out.router_inputs = inputs;
+  return out;
+}
+
+json RouteRecord::to_json() const {
+  json j = {{"sequence", sequence},
+            {"depth", depth},
+            {"window", window},
+            {"position", position},
+            {"expert", expert},
+            {"gate", gate},
+            {"probs", probs},
+            {"router_choice", router_choice},
+            {"forced_expert", forced_expert},
+            {"forced_gate", forced_gate}};
+  if (length >= 0) j["length"] = length;
+  j["margin"] = std::isfinite(margin) ? json(margin) : json(nullptr);
+  return j;
+}
+
+std::vector<RouteRecord> RouteDecisions::records(const Layout* layout) const {
+  auto p = probs.detach().to(torch::kCPU, torch::kFloat64).contiguous();
+  auto g = gates.detach().to(torch::kCPU, torch::kFloat64).contiguous();
+  const int64_t L = p.size(1);
+  const double* pd = p.data_ptr<double>();
+  const double* gd = g.data_ptr<double>();
+  std::vector<RouteRecord> out(experts.size());
+  for (size_t w = 0; w < experts.size(); ++w) {
+    auto& r = out[w];
+    const auto row = static_cast<int64_t>(w);
+    r.depth = depth;
+    r.expert = experts[w];
+    r.router_choice = router_choice[w];
+    r.gate = gd[row];
+    r.margin = margins[w];
+    r.forced_expert = forced_expert[w] != 0;
+    r.forced_gate = forced_gate[w] != 0;
+    r.probs.assign(pd + row * L, pd + (row + 1) * L);
+    if (layout && partition) {
+      const auto& win = partition->windows[w];
+      r.sequence = win.document;
+      r.window = win.ordinal;
+      r.position = win.start - layout->documents()[win.document].start;
+      r.length = win.length;
+    }
+  }
   return out;
 }
 

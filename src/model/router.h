@@ -9,6 +9,7 @@
 
 #include "model/config.h"
 #include "model/layout.h"
+#include "model/param_role.h"
 
 namespace lol {
 
@@ -29,6 +30,23 @@ struct ForcedPath {
   json to_json() const;
 };
 
+// One routing decision as reports show it: `lol forward` JSON, `lol generate --routes`,
+// prefill and decoding (docs/formats.md).
+struct RouteRecord {
+  int64_t sequence = 0;       // document (forward) or sequence (decoding) index
+  int64_t depth = 0;          // l, 1-based
+  int64_t window = 0;         // ordinal k within the document
+  int64_t position = 0;       // first token of the window within its document
+  int64_t length = -1;        // tokens in the window; -1 when unknown (decoding opens it)
+  int64_t expert = 0;         // rho, the expert that ran
+  int64_t router_choice = 0;  // argmax of p + b before forcing
+  double gate = 0;            // alpha
+  double margin = 0;          // best minus second-best p + b (inf when L = 1: null in JSON)
+  bool forced_expert = false, forced_gate = false;
+  std::vector<double> probs;  // p, before the bias
+  json to_json() const;
+};
+
 // Routing of every window of one depth. Tensors keep their autograd history (gates carry the
 // router's gradient); the vectors are host copies for inspection, balancing and forcing.
 struct RouteDecisions {
@@ -41,6 +59,11 @@ struct RouteDecisions {
   torch::Tensor router_inputs;         // (windows, d)
   torch::Tensor probs;                 // (windows, L) softmax before the bias
   torch::Tensor gates;                 // (windows) alpha
+
+  // Every window's decision as a record. With the layout the decisions came from (and a
+  // partition), sequence, window, position and length are filled; otherwise they stay 0 / -1
+  // for the caller.
+  std::vector<RouteRecord> records(const Layout* layout = nullptr) const;
 };
 
 // Top-1 selection from router probabilities (SPEC 1.4, 1.6): argmax of p + bias, then the
@@ -57,11 +80,17 @@ struct RouterImpl : torch::nn::Module {
   // states: (N, d) core input at depth l in flat order.
   RouteDecisions route(const torch::Tensor& states, int64_t depth, const WindowPartition& part,
                        const Layout& layout, bool add_noise, const ForcedPath* force) const;
+  // Router inputs of windows as a decoder opens them one at a time: (first + e[l]) / 2 for
+  // ordinal 0, closed_mean_sums / k for ordinal k > 0. first_states, closed_mean_sums: (n, d).
+  torch::Tensor decode_inputs(const torch::Tensor& first_states,
+                              const torch::Tensor& closed_mean_sums,
+                              const std::vector<int64_t>& ordinals, int64_t depth) const;
 
   torch::Tensor weight;         // (R, L, d): R = 1 tied, R = D untied
   torch::Tensor depth_vectors;  // (D, d): e[l]
   torch::Tensor balance_bias;   // (L) buffer
   double noise_std;
+  ParamRoles roles;
 };
 TORCH_MODULE(Router);
 

@@ -2,14 +2,9 @@
 
 #include <algorithm>
 
-namespace lol {
-namespace {
+#include "model/core.h"
 
-struct BlockCost {
-  int64_t params;         // all parameters
-  int64_t matmul_active;  // matrix elements one token multiplies
-  int64_t params_active;  // parameters one token touches
-};
+namespace lol {
 
 BlockCost block_cost(const ModelConfig& c, bool moe) {
   const int64_t d = c.d_model, dh = c.head_dim();
@@ -23,18 +18,23 @@ BlockCost block_cost(const ModelConfig& c, bool moe) {
 
 double mean_keys(const ModelConfig& c, int64_t seq_len, bool windowed, int64_t band) {
   const double T = static_cast<double>(seq_len);
-  if (windowed) return (std::min<double>(c.window, T) + 1) / 2;  // windows of W, causal
-  if (band > 0) return std::min<double>(band, (T + 1) / 2);
+  if (windowed)
+    return (std::min<double>(static_cast<double>(c.window), T) + 1) / 2;  // windows of W, causal
+  if (band > 0) return std::min<double>(static_cast<double>(band), (T + 1) / 2);
   return (T + 1) / 2;
 }
 
-}  // namespace
+double attention_flops_per_key(const ModelConfig& c) {
+  return 4.0 * static_cast<double>(c.n_heads * c.head_dim());
+}
+
+int64_t kv_bytes_per_token_layer(const ModelConfig& c) {
+  return 2 * c.n_kv_heads * c.head_dim() * 4;
+}
 
 ModelStats model_stats(const ModelConfig& c, int64_t seq_len, int64_t core_depth) {
   const int64_t D = core_depth < 0 ? c.core_depth : core_depth;
   const int64_t d = c.d_model;
-  const int64_t kv_bytes_per_token_layer = 2 * c.n_kv_heads * c.head_dim() * 4;
-  const double attn_flops_per_key = 4.0 * c.n_heads * c.head_dim();
   ModelStats s;
   const auto plain = block_cost(c, false);
   const int64_t fixed = c.n_prelude + c.n_coda;
@@ -43,35 +43,12 @@ ModelStats model_stats(const ModelConfig& c, int64_t seq_len, int64_t core_depth
   s.active_params = embed + head + d + fixed * plain.params_active;
   s.executed_matmul_params = fixed * plain.matmul_active + c.vocab_size * d;
   s.executed_blocks = fixed + D;
-  s.attention_flops_per_token = fixed * attn_flops_per_key * mean_keys(c, seq_len, false, 0);
-  s.fixed_cache_bytes_per_token = fixed * kv_bytes_per_token_layer;
-
-  if (c.family == "lol") {
-    const int64_t router =
-        (c.router_tied ? 1 : c.core_depth) * c.library_size * d + c.core_depth * d;
-    const int64_t film = 4 * c.core_depth * d;
-    s.stored_params += c.library_size * plain.params + router + film;
-    s.active_params += std::min(D, c.library_size) * plain.params_active + router + film;
-    s.executed_matmul_params += D * (plain.matmul_active + c.library_size * d);
-    s.attention_flops_per_token += D * attn_flops_per_key * mean_keys(c, seq_len, true, 0);
-    // Per depth: K/V of the current window, its running sum, the closed-window sum, route.
-    s.core_cache_bytes = D * (c.window * kv_bytes_per_token_layer + 2 * d * 4 + 16);
-  } else {
-    const bool moe = c.family == "moe";
-    const auto block = block_cost(c, moe);
-    const int64_t distinct = c.family == "looped" ? c.loop_blocks : c.core_depth;
-    s.stored_params += distinct * block.params;
-    s.active_params += std::min(D, distinct) * block.params_active;
-    s.executed_matmul_params += D * block.matmul_active;
-    const bool windowed = c.core_attention == "strided";
-    const int64_t band = c.core_attention == "sliding" ? c.window : 0;
-    s.attention_flops_per_token += D * attn_flops_per_key * mean_keys(c, seq_len, windowed, band);
-    if (windowed || band > 0)
-      s.core_cache_bytes = D * c.window * kv_bytes_per_token_layer;
-    else
-      s.fixed_cache_bytes_per_token += D * kv_bytes_per_token_layer;
-  }
-  s.forward_flops_per_token = 2.0 * s.executed_matmul_params + s.attention_flops_per_token;
+  s.attention_flops_per_token =
+      static_cast<double>(fixed) * attention_flops_per_key(c) * mean_keys(c, seq_len, false, 0);
+  s.fixed_cache_bytes_per_token = fixed * kv_bytes_per_token_layer(c);
+  add_core_stats(c, seq_len, D, s);
+  s.forward_flops_per_token =
+      2.0 * static_cast<double>(s.executed_matmul_params) + s.attention_flops_per_token;
   s.train_flops_per_token = 3.0 * s.forward_flops_per_token;
   return s;
 }

@@ -21,4 +21,16 @@ struct ModelStats {
 // core_depth < 0: the config's full depth.
 ModelStats model_stats(const ModelConfig& config, int64_t seq_len, int64_t core_depth = -1);
 
+// The pieces the cores' own counts are made of (core.cpp, add_core_stats).
+struct BlockCost {
+  int64_t params;         // all parameters
+  int64_t matmul_active;  // matrix elements one token multiplies
+  int64_t params_active;  // parameters one token touches
+};
+BlockCost block_cost(const ModelConfig& config, bool moe);
+// Mean number of keys a query attends to at length seq_len: windows of W, a band, or causal.
+double mean_keys(const ModelConfig& config, int64_t seq_len, bool windowed, int64_t band);
+double attention_flops_per_key(const ModelConfig& config);    // QK^T and AV, all heads
+int64_t kv_bytes_per_token_layer(const ModelConfig& config);  // fp32 keys and values
+
 }  // namespace lol

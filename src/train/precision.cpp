@@ -48,13 +48,23 @@ at::ScalarType autocast_dtype(torch::DeviceType type) {
 
 }  // namespace
 
-const std::vector<std::string>& precision_names() {
-  static const std::vector<std::string> names = {"auto", "fp32", "bf16"};
+template <>
+const std::vector<std::pair<Precision, const char*>>& enum_names<Precision>() {
+  static const std::vector<std::pair<Precision, const char*>> names = {
+      {Precision::kAuto, "auto"}, {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}};
   return names;
 }
 
-bool uses_bf16_autocast(const std::string& precision, torch::Device device) {
-  return precision == "bf16" || (precision == "auto" && device.is_cuda());
+bool uses_bf16_autocast(Precision precision, torch::Device device) {
+  switch (precision) {
+    case Precision::kAuto:
+      return device.is_cuda();
+    case Precision::kFp32:
+      return false;
+    case Precision::kBf16:
+      return true;
+  }
+  return false;
 }
 
 AutocastGuard::AutocastGuard(torch::Device device, bool bf16) {

@@ -4,16 +4,16 @@
 // CPU autocast covers the matrix products, which is how CI exercises this path).
 #include <torch/torch.h>
 
-#include <string>
-#include <vector>
+#include "util/enums.h"
 
 namespace lol {
 
-// The precision settings, in the order help texts list them: auto, fp32, bf16.
-const std::vector<std::string>& precision_names();
+enum class Precision { kAuto, kFp32, kBf16 };
+template <>
+const std::vector<std::pair<Precision, const char*>>& enum_names<Precision>();
 
-// Whether `precision` (auto | fp32 | bf16) means bf16 autocast on `device`.
-bool uses_bf16_autocast(const std::string& precision, torch::Device device);
+// Whether `precision` means bf16 autocast on `device`.
+bool uses_bf16_autocast(Precision precision, torch::Device device);
 
 class AutocastGuard {
  public:

@@ -7,6 +7,7 @@
 #include "model/checkpoint.h"
 #include "model/stats.h"
 #include "train/precision.h"
+#include "train/sources.h"
 #include "util/files.h"
 
 namespace lol {
@@ -31,14 +32,6 @@ json StepMetrics::to_json() const {
   if (eval_loss) j["eval_loss"] = *eval_loss;
   if (eval_accuracy) j["eval_accuracy"] = *eval_accuracy;
   return j;
-}
-
-bool is_muon_parameter(const std::string& name, const torch::Tensor& p) {
-  if (p.dim() != 2) return false;
-  const bool in_block = name.rfind("prelude.", 0) == 0 || name.rfind("library.", 0) == 0 ||
-                        name.rfind("coda.", 0) == 0 ||
-                        (name.rfind("core.", 0) == 0 && name.rfind("core.film.", 0) != 0);
-  return in_block && name.find(".router.") == std::string::npos;
 }
 
 Trainer::Trainer(LanguageModel model, TrainConfig config, std::string run_dir, torch::Device device)
@@ -67,18 +60,18 @@ Trainer::Trainer(LanguageModel model, TrainConfig config, std::string run_dir, t
 }
 
 void Trainer::build_optimizers() {
+  // Each parameter's role (tagged where its module registered it) says which optimizer takes
+  // it and whether it decays.
   NamedTensors muon_params, adam_params;
   std::vector<bool> decay;
+  const auto& roles = model_->roles().all();
   for (const auto& item : model_->named_parameters(true)) {
-    const bool muon = config_.optimizer == "muon" && is_muon_parameter(item.key(), item.value());
-    if (muon) {
+    const auto traits = role_traits(roles.at(item.key()));
+    if (config_.optimizer == Optimizer::kMuon && traits.muon) {
       muon_params.emplace_back(item.key(), item.value());
     } else {
       adam_params.emplace_back(item.key(), item.value());
-      // Decay matrices (embeddings, head, router, block matrices under plain AdamW); not
-      // norms, FiLM or depth vectors.
-      decay.push_back(item.value().dim() == 2 && item.key().find("film") == std::string::npos &&
-                      item.key() != "router.depth_vectors");
+      decay.push_back(traits.decay);
     }
   }
   adamw_ = std::make_unique<AdamW>(
@@ -110,10 +103,10 @@ StepMetrics Trainer::train_step() {
   // parameter was reached at some earlier step of this process, which a resumed process cannot
   // know (LibTorch 1.13 zeroes by default, 2.x sets to none).
   model_->zero_grad(/*set_to_none=*/true);
-  LoadCounter loads;
+  BalanceLoads loads;
   double loss_sum = 0;
   ForwardOptions options;
-  options.core_depth = m.depth;
+  options.executed_depth = m.depth;
   options.router_noise = true;
   for (auto& b : micro) {
     Layout layout(b.batch, mc.vocab_size, device_);
@@ -127,7 +120,7 @@ StepMetrics Trainer::train_step() {
         torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum));
     loss_sum += loss.item<double>();
     (loss / static_cast<double>(std::max<int64_t>(1, loss_tokens))).backward();
-    loads.add(model_, result, layout);
+    model_->core().count_loads(result.routes, loads);
   }
   m.loss = loss_sum / static_cast<double>(std::max<int64_t>(1, loss_tokens));
   std::vector<torch::Tensor> params;
@@ -140,19 +133,23 @@ StepMetrics Trainer::train_step() {
         torch::nn::utils::clip_grad_norm_(params, std::numeric_limits<double>::infinity());
   adamw_->step(m.lr);
   if (muon_) muon_->step(m.lr);
-  apply_balance(model_, loads);
+  apply_balance(model_->core(), loads, mc.balance_rate);
   ++step_;
   m.step = step_;
   total_flops_ +=
       model_stats(mc, config_.seq_len, m.depth).train_flops_per_token * static_cast<double>(tokens);
   m.total_flops = total_flops_;
-  if (mc.is_lol()) {
-    const double total = std::accumulate(loads.lol.begin(), loads.lol.end(), 0.0);
-    for (double x : loads.lol) m.load.push_back(total > 0 ? x / total : 0.0);
-    m.load_entropy = load_entropy(loads.lol);
-    auto bias = dynamic_cast<LolCore&>(model_->core()).router->balance_bias.to(torch::kCPU);
-    m.bias_min = bias.min().item<double>();
-    m.bias_max = bias.max().item<double>();
+  if (!loads.loads.empty()) {
+    // Load share per expert, summed over the balanced routers (lol: one; moe: one per layer).
+    std::vector<double> load(loads.loads.front().size(), 0.0);
+    for (const auto& l : loads.loads)
+      for (size_t e = 0; e < l.size() && e < load.size(); ++e) load[e] += l[e];
+    const double total = std::accumulate(load.begin(), load.end(), 0.0);
+    for (double x : load) m.load.push_back(total > 0 ? x / total : 0.0);
+    m.load_entropy = load_entropy(load);
+    auto biases = torch::cat(model_->core().balance_biases()).to(torch::kCPU);
+    m.bias_min = biases.min().item<double>();
+    m.bias_max = biases.max().item<double>();
     m.agreement = loads.decisions
                       ? static_cast<double>(loads.agreements) / static_cast<double>(loads.decisions)
                       : 1.0;
@@ -174,7 +171,7 @@ EvalResult Trainer::evaluate() {
   int64_t count = 0, correct = 0;
   const auto& mc = model_->config();
   ForwardOptions options;
-  options.core_depth = grown_depth(config_, mc.core_depth, std::max<int64_t>(0, step_ - 1));
+  options.executed_depth = grown_depth(config_, mc.core_depth, std::max<int64_t>(0, step_ - 1));
   for (int64_t i = 0; i < config_.eval_batches; ++i) {
     auto b = packer.next();
     Layout layout(b.batch, mc.vocab_size, device_);

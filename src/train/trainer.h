@@ -68,9 +68,4 @@ class Trainer {
   double total_flops_ = 0;
 };
 
-// Which parameters Muon takes: the 2-D matrices of blocks (attention and FFN projections,
-// MoE experts). Everything else (embeddings, head, norms, FiLM, routers, depth vectors) is
-// AdamW's.
-bool is_muon_parameter(const std::string& name, const torch::Tensor& p);
-
 }  // namespace lol

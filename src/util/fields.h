@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "util/enums.h"
 #include "util/error.h"
 
 namespace lol {
@@ -25,7 +26,11 @@ struct Field {
 namespace detail {
 template <typename T>
 T json_as(const std::string& name, const json& value) {
-  if constexpr (std::is_same_v<T, bool>) {
+  if constexpr (std::is_enum_v<T>) {
+    LOL_CHECK(value.is_string(), "config key '", name, "' must be one of ", enum_choices<T>(),
+              "; got ", value.dump());
+    return parse_enum<T>(value.get<std::string>(), name);
+  } else if constexpr (std::is_same_v<T, bool>) {
     LOL_CHECK(value.is_boolean(), "config key '", name, "' must be true or false, got ",
               value.dump());
     return value.get<bool>();
@@ -43,13 +48,23 @@ T json_as(const std::string& name, const json& value) {
     return value.get<std::string>();
   }
 }
+template <typename T>
+json to_json_value(const T& value) {
+  if constexpr (std::is_enum_v<T>)
+    return json(enum_name(value));
+  else
+    return json(value);
+}
 }  // namespace detail
 
-// field("window", &ModelConfig::window, "tokens per routed window")
+// field("window", &ModelConfig::window, "tokens per routed window"). An enum field's help ends
+// with its choices, from the enum's one table of names.
 template <typename Config, typename T>
 Field<Config> field(const std::string& name, T Config::*member, const std::string& help) {
+  std::string text = help;
+  if constexpr (std::is_enum_v<T>) text += ": " + enum_choices<T>(" | ");
   return Field<Config>{
-      name, help, [member](const Config& c) { return json(c.*member); },
+      name, text, [member](const Config& c) { return detail::to_json_value(c.*member); },
       [member, name](Config& c, const json& v) { c.*member = detail::json_as<T>(name, v); }};
 }
 

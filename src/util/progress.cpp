@@ -69,8 +69,5 @@ void install_interrupt_handler() {
 bool interrupt_requested() {
   return g_interrupted.load();
 }
-void clear_interrupt() {
-  g_interrupted.store(false);
-}
 
 }  // namespace lol

@@ -25,6 +25,5 @@ std::string format_duration(double seconds);
 // SIGINT / SIGTERM set a flag instead of killing the process, so loops can save and stop.
 void install_interrupt_handler();
 bool interrupt_requested();
-void clear_interrupt();
 
 }  // namespace lol

@@ -1,0 +1,17 @@
+#pragma once
+// Where training documents come from, by the `data` spec of a training config: a built-in task
+// (task:copy, task:sudoku, task:maze, task:maze:N) or a token shard file. This composition sits
+// above data/ (documents, shards, packing) and tasks/ (the generators), which do not know each
+// other's sources.
+#include <memory>
+#include <string>
+
+#include "data/document.h"
+
+namespace lol {
+
+// `split` selects the training (0) or held-out (1) stream of a task; for shards, held-out
+// data is a separate file (eval_data).
+std::unique_ptr<DocumentSource> open_source(const std::string& spec, uint64_t seed, int split);
+
+}  // namespace lol
