@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up, checks the formatting, builds with warnings as errors (the ci preset) and runs the
-# whole test suite. `.ci/run` calls this; extra arguments go to ctest (e.g. -L golden).
+# Sets up, checks the formatting, builds with warnings as errors (the ci preset), runs the
+# whole test suite, then replays the fuzz corpora under ASan + UBSan. `.ci/run` calls this;
+# extra arguments go to the main ctest run (e.g. -L golden).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -8,3 +9,8 @@ bash scripts/format.sh --check
 cmake --preset ci >/dev/null
 cmake --build --preset ci -j "$(nproc)"
 ctest --preset ci -j "$(nproc)" "$@"
+# The fuzz corpora again under AddressSanitizer + UBSan (docs/reliability.md): a parser
+# regression that corrupts memory without crashing fails here.
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j "$(nproc)" --target fuzz_targets
+ctest --preset asan -L fuzz

@@ -166,6 +166,14 @@ TEST_F(CheckpointTest, ModelDirectoryMismatchesNameTheTensor) {
   auto ints = tensors;
   ints["norm.weight"] = torch::ones({c.d_model}, torch::kInt64);
   expect_error(ints, "integer dtype");
+  // A config asking for far more than the weights hold is refused before the model is built
+  // (library_size 1000 of these blocks would be 20 times the file).
+  write_safetensors(path, tensors);
+  auto big = c;
+  big.library_size = 1000;
+  write_file_atomic((dir_ / "config.json").string(), big.to_json().dump());
+  expect_error(tensors, "config.json describes a lol model of");
+  write_file_atomic((dir_ / "config.json").string(), c.to_json().dump());
   // Half-precision weights load (converted), and the config is validated with its path.
   auto half = tensors;
   half["norm.weight"] = tensors["norm.weight"].to(torch::kBFloat16);

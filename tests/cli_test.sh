@@ -49,6 +49,13 @@ expect_error "bad device" "is not a device" "$lol" --device blah info --model "$
 cp -r "$dir/m" "$dir/trunc"
 head -c 200 "$dir/m/model.safetensors" >"$dir/trunc/model.safetensors"
 expect_error "truncated checkpoint" "truncated" "$lol" forward --model "$dir/trunc" --tokens 1 --out "$dir/x.json"
+cp "$dir/m/model.safetensors" "$dir/trunc/model.safetensors"
+sed 's/"library_size": *[0-9]*/"library_size": 1000000000/' "$dir/m/config.json" >"$dir/trunc/config.json"
+expect_error "impossible config in a checkpoint" "library_size must be <= 1024, got 1000000000" "$lol" info --model "$dir/trunc"
+sed 's/"library_size": *[0-9]*/"library_size": 1000/' "$dir/m/config.json" >"$dir/trunc/config.json"
+expect_error "config far larger than its weights" "describes a lol model of .* parameters but model.safetensors holds" "$lol" forward --model "$dir/trunc" --tokens 1 --out "$dir/x.json"
+expect_error "model larger than memory" "more than this machine" "$lol" init --preset tiny --set d_model=65536 --set n_heads=16 --set n_kv_heads=16 --set ffn_hidden=1048576 --seed 1 --out "$dir/huge"
+cp "$dir/m/config.json" "$dir/trunc/config.json"
 printf '\xff\xff\xff\xff\xff\xff\xff\x7f{}' >"$dir/trunc/model.safetensors"
 expect_error "oversized header" "exceeds the limit" "$lol" forward --model "$dir/trunc" --tokens 1 --out "$dir/x.json"
 

@@ -180,11 +180,11 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     const std::string where = o->resume.empty() ? o->out : o->resume;
     if (interrupt_requested()) {
       progress.finish("interrupted at step " + std::to_string(trainer->step()) +
-                      "; checkpoint saved in " + Trainer::latest_checkpoint(where) +
+                      "; checkpoint saved in " + latest_checkpoint(where) +
                       "; continue with: lol train --resume " + where);
       return;
     }
-    progress.finish("done: checkpoint " + Trainer::latest_checkpoint(where));
+    progress.finish("done: checkpoint " + latest_checkpoint(where));
     report(*trainer, device);
   });
 }

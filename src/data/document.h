@@ -3,13 +3,13 @@
 // position is a small JSON value that a checkpoint stores, so a resumed run reads exactly the
 // documents the uninterrupted run would have read.
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-namespace lol {
+#include "util/error.h"
+#include "util/json.h"
 
-using nlohmann::json;
+namespace lol {
 
 struct Document {
   std::vector<int64_t> tokens;
@@ -27,5 +27,14 @@ class DocumentSource {
   virtual int64_t vocab_size() const = 0;  // ids are below this
   virtual std::string describe() const = 0;
 };
+
+// A non-negative integer `key` of a saved source position (train_state.json), or an error that
+// shows the position.
+inline int64_t position_field(const json& position, const char* key) {
+  LOL_CHECK(position.is_object() && position.contains(key) && position[key].is_number_integer() &&
+                position[key].get<int64_t>() >= 0,
+            "data position needs \"", key, "\" as an integer >= 0, got ", json_text(position));
+  return position[key].get<int64_t>();
+}
 
 }  // namespace lol

@@ -76,7 +76,11 @@ void write_shard(const std::string& path, const std::vector<Document>& documents
 }
 
 std::vector<Document> read_shard(const std::string& path, int64_t* vocab_size_out) {
-  const std::string in = read_text_file(path);
+  return parse_shard(read_text_file(path), path, vocab_size_out);
+}
+
+std::vector<Document> parse_shard(const std::string& in, const std::string& path,
+                                  int64_t* vocab_size_out) {
   LOL_CHECK(in.size() >= kHeaderBytes, path, ": truncated shard (", in.size(),
             " bytes, header needs ", kHeaderBytes, ")");
   LOL_CHECK(std::memcmp(in.data(), kShardMagic, 8) == 0, path,
@@ -157,10 +161,10 @@ Document ShardSource::next() {
 }
 
 void ShardSource::seek(const json& position) {
-  LOL_CHECK(position.is_object() && position.contains("epoch") && position.contains("index"),
-            "shard position must be {\"epoch\": E, \"index\": I}, got ", position.dump());
-  epoch_ = position["epoch"].get<int64_t>();
-  index_ = position["index"].get<int64_t>();
+  epoch_ = position_field(position, "epoch");
+  index_ = position_field(position, "index");
+  LOL_CHECK(index_ <= static_cast<int64_t>(documents_.size()), "data position index ", index_,
+            " is beyond the ", documents_.size(), " documents of ", path_);
   shuffle();
 }
 

@@ -16,6 +16,9 @@ void write_shard(const std::string& path, const std::vector<Document>& documents
                  int64_t vocab_size);
 // Validates everything (magic, version, sizes, offsets, ids < vocab) and names the problem.
 std::vector<Document> read_shard(const std::string& path, int64_t* vocab_size = nullptr);
+// The same from the file's bytes; `name` is used in messages (the fuzz target feeds bytes).
+std::vector<Document> parse_shard(const std::string& bytes, const std::string& name,
+                                  int64_t* vocab_size = nullptr);
 
 // Documents of one shard, visited in a fresh seeded shuffle every epoch.
 class ShardSource : public DocumentSource {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "model/stats.h"
 #include "util/files.h"
 
 namespace lol {
@@ -66,54 +67,60 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
   write_file_atomic(path, pieces);
 }
 
-TensorMap read_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  LOL_CHECK(in.good(), path, ": cannot open");
-  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
-  LOL_CHECK(file_size >= 8, path, ": truncated: ", file_size,
+namespace {
+// A shape dimension beyond this cannot be real data (it is also where int64 sizes would wrap).
+constexpr uint64_t kMaxDimension = uint64_t{1} << 48;
+
+struct Header {
+  uint64_t length = 0;                    // bytes of JSON after the 8-byte prefix
+  std::vector<SafetensorsEntry> entries;  // ordered by data offset
+};
+
+// Reads and validates everything but the tensor data: the header length, the JSON, every
+// entry's dtype, shape and offsets (in range, no overlap, no hole, no trailing bytes).
+Header read_header(std::istream& in, uint64_t file_size, const std::string& name) {
+  LOL_CHECK(file_size >= 8, name, ": truncated: ", file_size,
             " bytes, shorter than the 8-byte header length");
   in.seekg(0);
   unsigned char prefix[8];
   in.read(reinterpret_cast<char*>(prefix), 8);
-  uint64_t header_len = 0;
-  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(prefix[i]) << (8 * i);
-  LOL_CHECK(header_len <= kMaxHeaderBytes, path, ": header length ", header_len,
+  LOL_CHECK(in.good(), name, ": cannot read the header length");
+  Header h;
+  for (int i = 0; i < 8; ++i) h.length |= static_cast<uint64_t>(prefix[i]) << (8 * i);
+  LOL_CHECK(h.length <= kMaxHeaderBytes, name, ": header length ", h.length,
             " exceeds the limit of ", kMaxHeaderBytes, " bytes");
-  LOL_CHECK(header_len <= file_size - 8, path, ": truncated: header needs ", header_len,
+  LOL_CHECK(h.length <= file_size - 8, name, ": truncated: header needs ", h.length,
             " bytes but the file has ", file_size - 8, " after the length");
-  std::string text(header_len, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(header_len));
+  std::string text(h.length, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(h.length));
+  LOL_CHECK(in.good() || h.length == 0, name, ": cannot read the header");
   json header = json::parse(text, nullptr, false);
-  LOL_CHECK(!header.is_discarded() && header.is_object(), path, ": header is not a JSON object");
-  const uint64_t data_size = file_size - 8 - header_len;
+  LOL_CHECK(!header.is_discarded() && header.is_object(), name, ": header is not a JSON object");
+  const uint64_t data_size = file_size - 8 - h.length;
 
-  struct Entry {
-    std::string name;
-    const DtypeInfo* dtype;
-    std::vector<int64_t> shape;
-    uint64_t begin, end;
-  };
-  std::vector<Entry> entries;
-  for (const auto& [name, value] : header.items()) {
-    if (name == "__metadata__") continue;
-    auto where = path + ": tensor '" + name + "'";
+  for (const auto& [key, value] : header.items()) {
+    if (key == "__metadata__") continue;
+    auto where = name + ": tensor '" + key + "'";
     LOL_CHECK(value.is_object() && value.contains("dtype") && value["dtype"].is_string() &&
                   value.contains("shape") && value["shape"].is_array() &&
                   value.contains("data_offsets") && value["data_offsets"].is_array() &&
                   value["data_offsets"].size() == 2,
               where, ": entry needs dtype, shape and data_offsets [begin, end]");
-    Entry e{name, nullptr, {}, 0, 0};
+    SafetensorsEntry e;
+    e.name = key;
     const auto dtype_name = value["dtype"].get<std::string>();
+    const DtypeInfo* dtype = nullptr;
     for (const auto& d : dtypes())
-      if (dtype_name == d.name) e.dtype = &d;
-    LOL_CHECK(e.dtype != nullptr, where, ": unsupported dtype '", dtype_name, "'");
+      if (dtype_name == d.name) dtype = &d;
+    LOL_CHECK(dtype != nullptr, where, ": unsupported dtype '", dtype_name, "'");
+    e.dtype = dtype->type;
     uint64_t elements = 1;
     for (const auto& dim : value["shape"]) {
       LOL_CHECK(dim.is_number_unsigned() || (dim.is_number_integer() && dim.get<int64_t>() >= 0),
-                where, ": shape must hold non-negative integers, got ", value["shape"].dump());
+                where, ": shape must hold non-negative integers, got ", json_text(value["shape"]));
       const uint64_t size = dim.get<uint64_t>();
-      LOL_CHECK(size == 0 || elements <= data_size / size, where, ": shape ", value["shape"].dump(),
-                " is larger than the file");
+      LOL_CHECK(size <= kMaxDimension && (size == 0 || elements <= data_size / size), where,
+                ": shape ", json_text(value["shape"]), " is larger than the file");
       elements *= size;
       e.shape.push_back(static_cast<int64_t>(size));
     }
@@ -124,33 +131,58 @@ TensorMap read_safetensors(const std::string& path) {
     e.end = value["data_offsets"][1].get<uint64_t>();
     LOL_CHECK(e.begin <= e.end && e.end <= data_size, where, ": data_offsets [", e.begin, ", ",
               e.end, "] fall outside the ", data_size, " data bytes (truncated file?)");
-    LOL_CHECK(e.end - e.begin == elements * e.dtype->bytes, where, ": data_offsets span ",
-              e.end - e.begin, " bytes but dtype ", e.dtype->name, " and shape ",
-              shape_string(e.shape), " need ", elements * e.dtype->bytes);
-    entries.push_back(std::move(e));
+    LOL_CHECK(e.end - e.begin == elements * static_cast<uint64_t>(dtype->bytes), where,
+              ": data_offsets span ", e.end - e.begin, " bytes but dtype ", dtype->name,
+              " and shape ", shape_string(e.shape), " need ",
+              elements * static_cast<uint64_t>(dtype->bytes));
+    h.entries.push_back(std::move(e));
   }
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  std::sort(h.entries.begin(), h.entries.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.begin < b.begin; });
   uint64_t expected_begin = 0;
-  for (const auto& e : entries) {
-    LOL_CHECK(e.begin >= expected_begin, path, ": tensor '", e.name,
+  for (const auto& e : h.entries) {
+    LOL_CHECK(e.begin >= expected_begin, name, ": tensor '", e.name,
               "' overlaps the previous tensor's data");
-    LOL_CHECK(e.begin == expected_begin, path, ": hole of ", e.begin - expected_begin,
+    LOL_CHECK(e.begin == expected_begin, name, ": hole of ", e.begin - expected_begin,
               " bytes in the data before tensor '", e.name, "'");
     expected_begin = e.end;
   }
-  LOL_CHECK(expected_begin == data_size, path, ": ", data_size - expected_begin,
+  LOL_CHECK(expected_begin == data_size, name, ": ", data_size - expected_begin,
             " trailing data bytes belong to no tensor");
+  return h;
+}
 
+uint64_t stream_size(std::istream& in, const std::string& name) {
+  in.seekg(0, std::ios::end);
+  const auto end = in.tellg();
+  LOL_CHECK(end >= 0, name, ": cannot tell the file's size");
+  return static_cast<uint64_t>(end);
+}
+}  // namespace
+
+std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  LOL_CHECK(in.good(), path, ": cannot open");
+  return read_header(in, stream_size(in, path), path).entries;
+}
+
+TensorMap read_safetensors(std::istream& in, const std::string& name) {
+  const auto header = read_header(in, stream_size(in, name), name);
   TensorMap tensors;
-  for (const auto& e : entries) {
-    auto t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype->type));
-    in.seekg(static_cast<std::streamoff>(8 + header_len + e.begin));
+  for (const auto& e : header.entries) {
+    auto t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
+    in.seekg(static_cast<std::streamoff>(8 + header.length + e.begin));
     in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
-    LOL_CHECK(in.good(), path, ": read failed for tensor '", e.name, "'");
+    LOL_CHECK(in.good() || e.end == e.begin, name, ": read failed for tensor '", e.name, "'");
     tensors[e.name] = t;
   }
   return tensors;
+}
+
+TensorMap read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  LOL_CHECK(in.good(), path, ": cannot open");
+  return read_safetensors(in, path);
 }
 
 void save_model(const LanguageModel& model, const std::string& dir) {
@@ -163,9 +195,40 @@ void save_model(const LanguageModel& model, const std::string& dir) {
   write_file_atomic(dir + "/config.json", model->config().to_json().dump(2) + "\n");
 }
 
-ModelConfig load_model_config_from_dir(const std::string& dir) {
+std::string checkpoint_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+std::vector<std::string> checkpoint_names(const std::string& run_dir) {
+  const std::string root = run_dir + "/checkpoints";
+  std::vector<std::string> names;
+  if (!is_directory(root)) return names;
+  for (const auto& n : list_directory(root))  // sorted: zero-padded step numbers sort by step
+    if (n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos &&
+        is_directory(root + "/" + n))
+      names.push_back(n);
+  return names;
+}
+
+std::string latest_checkpoint(const std::string& run_dir) {
+  LOL_CHECK(is_directory(run_dir + "/checkpoints"), run_dir,
+            ": no checkpoints/ directory (not a training run?)");
+  const auto names = checkpoint_names(run_dir);
+  LOL_CHECK(!names.empty(), run_dir, "/checkpoints: holds no checkpoint");
+  return run_dir + "/checkpoints/" + names.back();
+}
+
+std::string resolve_model_dir(const std::string& path) {
+  if (path_exists(path + "/config.json")) return path;
+  if (is_directory(path + "/checkpoints")) return latest_checkpoint(path);
+  fail(path, ": not a model directory (no config.json) nor a training run (no checkpoints/)");
+}
+
+ModelConfig load_model_config_from_dir(const std::string& given) {
+  const std::string dir = resolve_model_dir(given);
   const std::string path = dir + "/config.json";
-  LOL_CHECK(path_exists(path), dir, ": not a model directory (no config.json)");
   json object = json::parse(read_text_file(path), nullptr, false);
   LOL_CHECK(!object.is_discarded(), path, ": not valid JSON");
   try {
@@ -191,7 +254,8 @@ void load_state(LanguageModel& model, const TensorMap& tensors, const std::strin
     target.copy_(t.to(target.scalar_type()));
   }
   if (tensors.size() != expected.size()) {
-    for (const auto& [name, t] : tensors) {
+    for (const auto& item : tensors) {
+      const std::string& name = item.first;
       bool known = std::any_of(expected.begin(), expected.end(),
                                [&](const auto& e) { return e.first == name; });
       LOL_CHECK(known, source, ": unexpected tensor '", name, "' (not part of a ",
@@ -200,10 +264,25 @@ void load_state(LanguageModel& model, const TensorMap& tensors, const std::strin
   }
 }
 
-LanguageModel load_model(const std::string& dir, torch::Device device) {
+LanguageModel load_model(const std::string& given, torch::Device device) {
+  const std::string dir = resolve_model_dir(given);
   auto config = load_model_config_from_dir(dir);
   const std::string path = dir + "/model.safetensors";
   LOL_CHECK(path_exists(path), dir, ": no model.safetensors");
+  // The weights on disk bound the model the config may ask for: a config.json that describes
+  // far more parameters than the file holds is refused before the model is built (allocated).
+  // Smaller mismatches are built and then named tensor by tensor by load_state.
+  uint64_t stored = 0;
+  for (const auto& e : read_safetensors_header(path)) {
+    uint64_t elements = 1;
+    for (auto size : e.shape) elements *= static_cast<uint64_t>(size);
+    stored += elements;
+  }
+  const auto needed = static_cast<uint64_t>(model_stats(config, config.max_seq_len).stored_params);
+  LOL_CHECK(needed <= 2 * stored + (uint64_t{1} << 20), dir, ": config.json describes a ",
+            enum_name(config.family), " model of ", needed,
+            " parameters but model.safetensors holds ", stored,
+            " values: the config and the weights do not belong together");
   auto tensors = read_safetensors(path);
   LanguageModel model(config);
   load_state(model, tensors, path);

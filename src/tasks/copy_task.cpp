@@ -28,10 +28,7 @@ const char* kWords[] = {"<eos>", "Q", ":", "[", "]", "A", "copy", "reverse", "so
 StrategyTask::StrategyTask(uint64_t seed, int split) : seed_(seed), split_(split) {}
 
 void StrategyTask::seek(const json& position) {
-  LOL_CHECK(
-      position.is_object() && position.contains("index") && position["index"].is_number_integer(),
-      "task position must be {\"index\": N}, got ", position.dump());
-  index_ = position["index"].get<int64_t>();
+  index_ = position_field(position, "index");
 }
 
 Document StrategyTask::make(uint64_t seed, int split, int64_t index) {

@@ -245,10 +245,7 @@ Document TaskSource::next() {
 }
 
 void TaskSource::seek(const json& position) {
-  LOL_CHECK(
-      position.is_object() && position.contains("index") && position["index"].is_number_integer(),
-      "task position must be {\"index\": N}, got ", position.dump());
-  index_ = position["index"].get<int64_t>();
+  index_ = position_field(position, "index");
 }
 
 std::string TaskSource::describe() const {

@@ -220,23 +220,9 @@ void Trainer::run(const std::function<bool()>& should_stop,
   if (last_saved != step_) save_checkpoint();
 }
 
-namespace {
-// Finished checkpoint directories under `root`, oldest first (zero-padded step numbers sort).
-std::vector<std::string> checkpoint_names(const std::string& root) {
-  std::vector<std::string> names;
-  for (const auto& n : list_directory(root))
-    if (n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos &&
-        is_directory(root + "/" + n))
-      names.push_back(n);
-  return names;
-}
-}  // namespace
-
 std::string Trainer::save_checkpoint() {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step_));
   const std::string root = run_dir_ + "/checkpoints";
-  const std::string final_dir = root + "/" + name;
+  const std::string final_dir = root + "/" + checkpoint_name(step_);
   const std::string tmp_dir = final_dir + ".tmp";
   remove_tree(tmp_dir);
   save_model(model_, tmp_dir);
@@ -245,53 +231,87 @@ std::string Trainer::save_checkpoint() {
   if (muon_) muon_->save_state(state, "muon.");
   state["rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
   write_safetensors(tmp_dir + "/train_state.safetensors", state);
-  json meta = {{"step", step_},
-               {"data_position", packer_->position()},
-               {"total_flops", total_flops_},
-               {"train_config", config_.to_json()}};
-  write_file_atomic(tmp_dir + "/train_state.json", meta.dump(2) + "\n");
+  const TrainState meta{step_, packer_->position(), total_flops_, config_};
+  write_file_atomic(tmp_dir + "/train_state.json", meta.to_json().dump(2) + "\n");
   // The whole directory appears at once: a reader sees the old checkpoint or the new one.
   remove_tree(final_dir);
   fs::rename(tmp_dir, final_dir);
   // Keep the newest keep_checkpoints.
-  const auto existing = checkpoint_names(root);
+  const auto existing = checkpoint_names(run_dir_);
   for (size_t i = 0; i + config_.keep_checkpoints < existing.size(); ++i)
     remove_tree(root + "/" + existing[i]);
   return final_dir;
 }
 
-std::string Trainer::latest_checkpoint(const std::string& run_dir) {
-  const std::string root = run_dir + "/checkpoints";
-  LOL_CHECK(is_directory(root), run_dir, ": no checkpoints/ directory (not a training run?)");
-  const auto names = checkpoint_names(root);
-  LOL_CHECK(!names.empty(), root, ": holds no checkpoint");
-  return root + "/" + names.back();
+json TrainState::to_json() const {
+  return {{"step", step},
+          {"data_position", data_position},
+          {"total_flops", total_flops},
+          {"train_config", config.to_json()}};
 }
+
+TrainState TrainState::from_json(const json& object) {
+  LOL_CHECK(object.is_object(), "a training state must be a JSON object");
+  for (const char* key : {"step", "data_position", "train_config"})
+    LOL_CHECK(object.contains(key), "the training state has no \"", key, "\"");
+  TrainState state;
+  const auto& step = object["step"];
+  LOL_CHECK(step.is_number_integer() && step.get<int64_t>() >= 0,
+            "\"step\" must be an integer >= 0, got ", json_text(step));
+  state.step = step.get<int64_t>();
+  state.data_position = object["data_position"];
+  if (object.contains("total_flops")) {
+    LOL_CHECK(object["total_flops"].is_number(), "\"total_flops\" must be a number, got ",
+              json_text(object["total_flops"]));
+    state.total_flops = object["total_flops"].get<double>();
+  }
+  state.config = TrainConfig::from_json(object["train_config"]);
+  return state;
+}
+
+namespace {
+TrainState read_train_state(const std::string& dir) {
+  const std::string path = dir + "/train_state.json";
+  LOL_CHECK(path_exists(path), dir,
+            ": no train_state.json (a model directory, not a training checkpoint?)");
+  json object = json::parse(read_text_file(path), nullptr, false);
+  LOL_CHECK(!object.is_discarded(), path, ": not valid JSON");
+  try {
+    return TrainState::from_json(object);
+  } catch (const Error& e) {
+    fail(path, ": ", e.what());
+  }
+}
+}  // namespace
 
 std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir, torch::Device device) {
   const std::string dir = latest_checkpoint(run_dir);
-  json meta = json::parse(read_text_file(dir + "/train_state.json"), nullptr, false);
-  LOL_CHECK(!meta.is_discarded() && meta.contains("train_config") && meta.contains("step"), dir,
-            "/train_state.json: not a valid training state");
-  auto config = TrainConfig::from_json(meta["train_config"]);
+  const auto meta = read_train_state(dir);
   auto model = load_model(dir, device);
-  auto trainer = std::make_unique<Trainer>(model, config, run_dir, device);
-  trainer->load_checkpoint(dir);
+  auto trainer = std::make_unique<Trainer>(model, meta.config, run_dir, device);
+  trainer->load_checkpoint(dir, meta);
   return trainer;
 }
 
-void Trainer::load_checkpoint(const std::string& dir) {
-  json meta = json::parse(read_text_file(dir + "/train_state.json"), nullptr, false);
+void Trainer::load_checkpoint(const std::string& dir, const TrainState& meta) {
   auto state = read_safetensors(dir + "/train_state.safetensors");
   adamw_->load_state(state, "adamw.");
   if (muon_) muon_->load_state(state, "muon.");
   auto rng = state.find("rng.cpu");
   LOL_CHECK(rng != state.end(), dir, ": training state has no RNG state");
   auto generator = at::detail::getDefaultCPUGenerator();
+  const auto current = generator.get_state();
+  LOL_CHECK(
+      rng->second.scalar_type() == current.scalar_type() && rng->second.sizes() == current.sizes(),
+      dir, ": the saved RNG state has the wrong dtype or size");
   generator.set_state(rng->second);
-  step_ = meta["step"].get<int64_t>();
-  total_flops_ = meta.value("total_flops", 0.0);
-  packer_->seek(meta["data_position"]);
+  step_ = meta.step;
+  total_flops_ = meta.total_flops;
+  try {
+    packer_->seek(meta.data_position);
+  } catch (const Error& e) {
+    fail(dir, "/train_state.json: ", e.what());
+  }
   // Metrics past this checkpoint belong to a run that is being replaced.
   const std::string metrics_path = run_dir_ + "/metrics.jsonl";
   if (path_exists(metrics_path)) {
@@ -299,7 +319,9 @@ void Trainer::load_checkpoint(const std::string& dir) {
     std::string line, kept;
     while (std::getline(in, line)) {
       json j = json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.value("step", int64_t{0}) <= step_) kept += line + "\n";
+      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+          j["step"].get<int64_t>() <= step_)
+        kept += line + "\n";
     }
     write_file_atomic(metrics_path, kept);
   }

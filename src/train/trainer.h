@@ -31,6 +31,16 @@ struct EvalResult {
   double loss = 0, accuracy = 0;
 };
 
+// train_state.json of a checkpoint: where a run stood (docs/training.md).
+struct TrainState {
+  int64_t step = 0;        // optimizer steps done
+  json data_position;      // the packer's position (DocumentSource::seek)
+  double total_flops = 0;  // training FLOPs so far
+  TrainConfig config;      // the run's configuration
+  json to_json() const;
+  static TrainState from_json(const json& object);  // throws naming the key that is wrong
+};
+
 class Trainer {
  public:
   // A new run in run_dir (created; must not hold a run already unless overwrite).
@@ -50,11 +60,9 @@ class Trainer {
   LanguageModel& model() { return model_; }
   const TrainConfig& config() const { return config_; }
 
-  static std::string latest_checkpoint(const std::string& run_dir);
-
  private:
   void build_optimizers();
-  void load_checkpoint(const std::string& dir);
+  void load_checkpoint(const std::string& dir, const TrainState& meta);
 
   LanguageModel model_;
   TrainConfig config_;

@@ -27,7 +27,8 @@ const char* enum_name(E value) {
 template <typename E>
 std::string enum_choices(const char* separator = ", ") {
   std::string out;
-  for (const auto& [v, name] : enum_names<E>()) out += (out.empty() ? "" : separator) + std::string(name);
+  for (const auto& [v, name] : enum_names<E>())
+    out += (out.empty() ? "" : separator) + std::string(name);
   return out;
 }
 

@@ -2,18 +2,19 @@
 // One list of fields per config struct drives JSON load/save, `--set key=value` overrides and
 // help text, so a field is declared once. Each field knows its name, its help line and how to
 // convert itself to and from JSON with a type check that names the field.
+#include <cmath>
+#include <cstdint>
 #include <functional>
-#include <nlohmann/json.hpp>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "util/enums.h"
 #include "util/error.h"
+#include "util/json.h"
 
 namespace lol {
-
-using nlohmann::json;
 
 template <typename Config>
 struct Field {
@@ -28,23 +29,41 @@ template <typename T>
 T json_as(const std::string& name, const json& value) {
   if constexpr (std::is_enum_v<T>) {
     LOL_CHECK(value.is_string(), "config key '", name, "' must be one of ", enum_choices<T>(),
-              "; got ", value.dump());
+              "; got ", json_text(value));
     return parse_enum<T>(value.get<std::string>(), name);
   } else if constexpr (std::is_same_v<T, bool>) {
     LOL_CHECK(value.is_boolean(), "config key '", name, "' must be true or false, got ",
-              value.dump());
+              json_text(value));
     return value.get<bool>();
   } else if constexpr (std::is_integral_v<T>) {
-    bool integral = value.is_number_integer() ||
-                    (value.is_number_float() &&
-                     value.get<double>() == static_cast<double>(value.get<int64_t>()));
-    LOL_CHECK(integral, "config key '", name, "' must be an integer, got ", value.dump());
+    // Whole floats are accepted (1e3) up to 2^53, where doubles stop being exact integers;
+    // converting one outside the target type would be undefined.
+    using Limits = std::numeric_limits<T>;
+    bool integral = value.is_number_integer();
+    if (value.is_number_float()) {
+      const double v = value.get<double>();
+      integral = std::isfinite(v) && std::fabs(v) < 9007199254740992.0 && v == std::floor(v);
+    }
+    LOL_CHECK(integral, "config key '", name, "' must be an integer, got ", json_text(value));
+    const bool in_range =
+        value.is_number_float() ? value.get<double>() >= static_cast<double>(Limits::min()) &&
+                                      value.get<double>() <= static_cast<double>(Limits::max())
+        : value.is_number_unsigned()
+            ? value.get<uint64_t>() <= static_cast<uint64_t>(Limits::max())
+            : value.get<int64_t>() >= static_cast<int64_t>(Limits::min()) &&
+                  (Limits::is_signed ? value.get<int64_t>() <= static_cast<int64_t>(Limits::max())
+                                     : value.get<int64_t>() >= 0);
+    LOL_CHECK(in_range, "config key '", name, "' is out of range, got ", json_text(value));
+    if (value.is_number_float()) return static_cast<T>(value.get<double>());
+    if (value.is_number_unsigned()) return static_cast<T>(value.get<uint64_t>());
     return static_cast<T>(value.get<int64_t>());
   } else if constexpr (std::is_floating_point_v<T>) {
-    LOL_CHECK(value.is_number(), "config key '", name, "' must be a number, got ", value.dump());
+    LOL_CHECK(value.is_number(), "config key '", name, "' must be a number, got ",
+              json_text(value));
     return value.get<T>();
   } else {
-    LOL_CHECK(value.is_string(), "config key '", name, "' must be a string, got ", value.dump());
+    LOL_CHECK(value.is_string(), "config key '", name, "' must be a string, got ",
+              json_text(value));
     return value.get<std::string>();
   }
 }
