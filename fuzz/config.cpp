@@ -1,8 +1,9 @@
 // config.json, train_config.json / train_state.json and `--set key=value`: a valid config or
 // one error; what is accepted survives a JSON round trip, and its derived counts (parameters,
 // FLOPs, cache bytes) are computed without overflow (UBSan would report it).
-#include "fuzz_target.h"
 #include "model/config.h"
+
+#include "fuzz_target.h"
 #include "model/stats.h"
 #include "tasks/copy_task.h"
 #include "train/trainer.h"
@@ -13,7 +14,8 @@ void check_model(const lol::ModelConfig& c) {
   auto again = lol::ModelConfig::from_json(c.to_json());
   lol::fuzz::expect(again.to_json() == c.to_json(), "model config JSON round trip");
   const auto stats = lol::model_stats(c, c.max_seq_len);
-  lol::fuzz::expect(stats.stored_params > 0 && stats.forward_flops_per_token > 0, "model stats positive");
+  lol::fuzz::expect(stats.stored_params > 0 && stats.forward_flops_per_token > 0,
+                    "model stats positive");
 }
 }  // namespace
 
@@ -25,7 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::guarded([&] { check_model(ModelConfig::from_json(object)); });
     fuzz::guarded([&] {
       auto t = TrainConfig::from_json(object);
-      lol::fuzz::expect(TrainConfig::from_json(t.to_json()).to_json() == t.to_json(), "train config round trip");
+      lol::fuzz::expect(TrainConfig::from_json(t.to_json()).to_json() == t.to_json(),
+                        "train config round trip");
       for (int64_t step : {int64_t{0}, int64_t{1}, t.steps / 2, t.steps}) {
         (void)learning_rate(t, step);
         (void)grown_depth(t, 8, step);

@@ -9,9 +9,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (object.is_discarded()) return 0;
   fuzz::guarded([&] {
     auto path = ForcedPath::from_json(object);
-    fuzz::expect(ForcedPath::from_json(path.to_json()).to_json() == path.to_json(), "forced path round trip");
+    fuzz::expect(ForcedPath::from_json(path.to_json()).to_json() == path.to_json(),
+                 "forced path round trip");
     for (int64_t depth : {0, 1, 2, 5})
-      for (int64_t ordinal : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1} << 40}) (void)path.find(depth, ordinal);
+      for (int64_t ordinal : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1} << 40})
+        (void)path.find(depth, ordinal);
     path.validate(4, 4);
   });
   return 0;

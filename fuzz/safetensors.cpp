@@ -10,7 +10,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto tensors = lol::read_safetensors(in, "input");
     // What was accepted is well formed: every tensor holds exactly the bytes its entry named.
     uint64_t bytes = 0;
-    for (const auto& [name, t] : tensors) bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
+    for (const auto& [name, t] : tensors)
+      bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
     lol::fuzz::expect(bytes <= size, "tensors hold more bytes than the file");
   });
   return 0;

@@ -10,9 +10,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto docs = parse_shard(fuzz::text_of(data, size), "input", &vocab);
     for (const auto& d : docs) {
       for (auto t : d.tokens) fuzz::expect(t >= 0 && t < vocab, "token id inside the vocabulary");
-      fuzz::expect(d.prompt_len >= 0 && d.prompt_len <= static_cast<int64_t>(d.tokens.size()), "prompt window inside");
-      fuzz::expect(d.router_only.empty() || d.router_only.size() == d.tokens.size(), "router-only mask length");
-      fuzz::expect(d.loss_mask.empty() || d.loss_mask.size() == d.tokens.size(), "loss mask length");
+      fuzz::expect(d.prompt_len >= 0 && d.prompt_len <= static_cast<int64_t>(d.tokens.size()),
+                   "prompt window inside");
+      fuzz::expect(d.router_only.empty() || d.router_only.size() == d.tokens.size(),
+                   "router-only mask length");
+      fuzz::expect(d.loss_mask.empty() || d.loss_mask.size() == d.tokens.size(),
+                   "loss mask length");
     }
   });
   return 0;

@@ -17,12 +17,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fuzz::guarded([&] { (void)tasks::vocabulary(kind).encode(words, "line"); });
       fuzz::guarded([&] {
         const auto parsed = tasks::parse_sequence(kind, words, "line");
-        for (int requested : {0, 1, 3}) fuzz::guarded([&] { (void)tasks::score_sequence(kind, words, requested, "line"); });
+        for (int requested : {0, 1, 3})
+          fuzz::guarded([&] { (void)tasks::score_sequence(kind, words, requested, "line"); });
         if (parsed.generated == 0) {
           const int strategy = tasks::descriptor_strategy(kind, parsed.descriptor);
           for (int s : {strategy, 2, 5})
             if (s >= 1 && s <= 5)
-              fuzz::guarded([&] { (void)tasks::solve_question(kind, parsed.question, parsed.descriptor, s, "line"); });
+              fuzz::guarded([&] {
+                (void)tasks::solve_question(kind, parsed.question, parsed.descriptor, s, "line");
+              });
         }
       });
     }

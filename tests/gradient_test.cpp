@@ -23,20 +23,6 @@ using testing::random_tokens;
 constexpr double kRelative = 2e-5;  // of the parameter's own largest reference gradient
 constexpr double kFloor = 1e-6;     // of the largest reference gradient in the model
 
-std::vector<TokenSequence> random_documents(std::mt19937& rng, const ModelConfig& c, int count) {
-  std::vector<TokenSequence> docs;
-  for (int i = 0; i < count; ++i) {
-    TokenSequence d;
-    const int64_t n = std::uniform_int_distribution<int64_t>(2, 12)(rng);
-    d.tokens = random_tokens(rng, n, c.vocab_size);
-    d.prompt_len = std::uniform_int_distribution<int>(0, 1)(rng) ? std::uniform_int_distribution<int64_t>(1, n)(rng) : 0;
-    for (int64_t p = 0; p < n; ++p)
-      if (std::uniform_int_distribution<int>(0, 4)(rng) == 0) d.router_only.push_back(p);
-    docs.push_back(d);
-  }
-  return docs;
-}
-
 // A forced path with an id-only, a gate-only and a both entry (lol only).
 ForcedPath random_force(std::mt19937& rng, const ModelConfig& c) {
   ForcedPath path;
@@ -93,10 +79,12 @@ void expect_gradients_match_reference(const Case& k, uint64_t seed) {
       for (size_t w = 0; w < r.experts.size(); ++w)
         if (r.partition->windows[w].document == static_cast<int64_t>(d))
           hint[{r.depth, r.partition->windows[w].ordinal}] = r.experts[w];
-    reference::Document doc{k.docs[d].tokens, k.docs[d].prompt_len, std::vector<bool>(k.docs[d].tokens.size())};
+    reference::Document doc{k.docs[d].tokens, k.docs[d].prompt_len,
+                            std::vector<bool>(k.docs[d].tokens.size())};
     for (auto p : k.docs[d].router_only) doc.router_only[p] = true;
     auto ref = reference::forward(c, leaves, doc, options.force, k.depth, &hint, 1e-4);
-    reference_loss = reference_loss + (ref.logits * coefficients.narrow(0, fd.start, fd.length)).sum();
+    reference_loss =
+        reference_loss + (ref.logits * coefficients.narrow(0, fd.start, fd.length)).sum();
   }
   reference_loss.backward();
 
@@ -107,8 +95,9 @@ void expect_gradients_match_reference(const Case& k, uint64_t seed) {
   int compared = 0;
   for (const auto& item : model->named_parameters(/*recurse=*/true)) {
     const auto& name = item.key();
-    auto engine = item.value().grad().defined() ? item.value().grad().to(torch::kCPU, torch::kFloat64)
-                                                : torch::zeros(item.value().sizes(), torch::kFloat64);
+    auto engine = item.value().grad().defined()
+                      ? item.value().grad().to(torch::kCPU, torch::kFloat64)
+                      : torch::zeros(item.value().sizes(), torch::kFloat64);
     const auto& leaf = leaves.at(name);
     auto expected = leaf.grad().defined() ? leaf.grad() : torch::zeros_like(leaf);
     const double scale = expected.abs().max().item<double>();
@@ -128,7 +117,7 @@ TEST_P(GoldenGradients, EveryParameterMatchesTheFloat64Reference) {
   for (int trial = 0; trial < 5; ++trial) {
     Case k;
     k.config = random_config(rng, GetParam());
-    k.docs = random_documents(rng, k.config, 3);
+    k.docs = testing::random_documents(rng, k.config, 3);
     k.pack = trial % 2 == 0;
     if (GetParam() == Family::kLol && trial == 1) k.force = random_force(rng, k.config);
     if (trial == 3 && k.config.core_depth > 1) k.depth = k.config.core_depth - 1;

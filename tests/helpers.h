@@ -123,6 +123,25 @@ inline std::vector<int64_t> random_tokens(std::mt19937& rng, int64_t n, int64_t 
   return out;
 }
 
+// `count` random documents of 1 to 13 tokens, two in three with a prompt window (sometimes
+// longer than the document), about one token in six router-only.
+inline std::vector<TokenSequence> random_documents(std::mt19937& rng, const ModelConfig& c,
+                                                   int count) {
+  std::vector<TokenSequence> docs;
+  for (int i = 0; i < count; ++i) {
+    TokenSequence d;
+    const int64_t n = std::uniform_int_distribution<int64_t>(1, 13)(rng);
+    d.tokens = random_tokens(rng, n, c.vocab_size);
+    d.prompt_len = std::uniform_int_distribution<int64_t>(0, 2)(rng) == 0
+                       ? 0
+                       : std::uniform_int_distribution<int64_t>(1, n + 1)(rng);
+    for (int64_t p = 0; p < n; ++p)
+      if (std::uniform_int_distribution<int>(0, 5)(rng) == 0) d.router_only.push_back(p);
+    docs.push_back(d);
+  }
+  return docs;
+}
+
 inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kCPU, torch::kFloat64) - b.to(torch::kCPU, torch::kFloat64))
       .abs()

@@ -73,22 +73,6 @@ void expect_matches_reference(const ModelConfig& c, LanguageModel model,
   }
 }
 
-std::vector<Doc> random_docs(std::mt19937& rng, const ModelConfig& c, int count) {
-  std::vector<Doc> docs;
-  for (int i = 0; i < count; ++i) {
-    Doc d;
-    const int64_t n = std::uniform_int_distribution<int64_t>(1, 13)(rng);
-    d.tokens = random_tokens(rng, n, c.vocab_size);
-    d.prompt_len = std::uniform_int_distribution<int64_t>(0, 2)(rng) == 0
-                       ? 0
-                       : std::uniform_int_distribution<int64_t>(1, n + 1)(rng);
-    for (int64_t p = 0; p < n; ++p)
-      if (std::uniform_int_distribution<int>(0, 5)(rng) == 0) d.router_only.push_back(p);
-    docs.push_back(d);
-  }
-  return docs;
-}
-
 class FamilyTest : public ::testing::TestWithParam<Family> {};
 class GoldenForward : public ::testing::TestWithParam<Family> {};
 
@@ -98,7 +82,7 @@ TEST_P(GoldenForward, FastPathMatchesSlowReferenceOnRandomConfigs) {
     auto c = random_config(rng, GetParam());
     SCOPED_TRACE("trial " + std::to_string(trial) + " config " + c.to_json().dump());
     auto model = make_model(c, 100 + trial);
-    auto docs = random_docs(rng, c, 3);
+    auto docs = testing::random_documents(rng, c, 3);
     expect_matches_reference(c, model, docs, /*pack=*/trial % 2 == 0);
   }
 }
@@ -132,7 +116,7 @@ TEST_P(FamilyTest, PackedRowsEqualEachDocumentAlone) {
   auto c = random_config(rng, GetParam());
   auto model = make_model(c, 11);
   torch::NoGradGuard no_grad;
-  auto docs = random_docs(rng, c, 4);
+  auto docs = testing::random_documents(rng, c, 4);
   Layout packed(make_batch(docs, true), c.vocab_size, testing::device());
   auto together = model->forward(packed);
   for (size_t d = 0; d < docs.size(); ++d) {

@@ -228,14 +228,7 @@ std::string resolve_model_dir(const std::string& path) {
 
 ModelConfig load_model_config_from_dir(const std::string& given) {
   const std::string dir = resolve_model_dir(given);
-  const std::string path = dir + "/config.json";
-  json object = json::parse(read_text_file(path), nullptr, false);
-  LOL_CHECK(!object.is_discarded(), path, ": not valid JSON");
-  try {
-    return ModelConfig::from_json(object);
-  } catch (const Error& e) {
-    fail(path, ": ", e.what());
-  }
+  return read_json_file(dir + "/config.json", ModelConfig::from_json);
 }
 
 void load_state(LanguageModel& model, const TensorMap& tensors, const std::string& source) {

@@ -167,14 +167,11 @@ ModelConfig load_model_config(const std::string& preset_or_path,
                               const std::vector<std::string>& overrides) {
   std::string path = preset_or_path;
   if (!std::filesystem::exists(path)) path = find_preset_file(preset_or_path);
-  json object = json::parse(read_text_file(path), nullptr, /*allow_exceptions=*/false);
-  LOL_CHECK(!object.is_discarded(), path, ": not valid JSON");
-  ModelConfig config;
-  try {
-    fields_from_json(ModelConfig::fields(), object, config);
-  } catch (const Error& e) {
-    fail(path, ": ", e.what());
-  }
+  ModelConfig config = read_json_file(path, [](const json& object) {
+    ModelConfig c;
+    fields_from_json(ModelConfig::fields(), object, c);
+    return c;
+  });
   for (const auto& assignment : overrides)
     apply_override(ModelConfig::fields(), assignment, config);
   config.validate();

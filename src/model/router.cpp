@@ -63,13 +63,7 @@ ForcedPath ForcedPath::from_json(const json& object) {
 }
 
 ForcedPath ForcedPath::load(const std::string& path) {
-  json object = json::parse(read_text_file(path), nullptr, false);
-  LOL_CHECK(!object.is_discarded(), path, ": not valid JSON");
-  try {
-    return from_json(object);
-  } catch (const Error& e) {
-    fail(path, ": ", e.what());
-  }
+  return read_json_file(path, from_json);
 }
 
 json ForcedPath::to_json() const {

@@ -274,13 +274,7 @@ TrainState read_train_state(const std::string& dir) {
   const std::string path = dir + "/train_state.json";
   LOL_CHECK(path_exists(path), dir,
             ": no train_state.json (a model directory, not a training checkpoint?)");
-  json object = json::parse(read_text_file(path), nullptr, false);
-  LOL_CHECK(!object.is_discarded(), path, ": not valid JSON");
-  try {
-    return TrainState::from_json(object);
-  } catch (const Error& e) {
-    fail(path, ": ", e.what());
-  }
+  return read_json_file(path, TrainState::from_json);
 }
 }  // namespace
 
