@@ -104,5 +104,21 @@ expect_ok "generate one at a time, sampled" "$lol" generate --model "$dir/run/ch
 cmp -s "$dir/out" "$dir/sampled_all.txt" && [ "$(wc -l <"$dir/out")" -eq "$(wc -l <"$dir/questions.txt")" ] && pass "batch size leaves sampled output unchanged" || failed "sampled output depends on --batch-size"
 expect_error "negative batch size" "batch-size: must be >= 0, got -1" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --batch-size -1
 
+# Routing analysis: routes of labelled sequences, mode paths, bad input.
+expect_ok "route task" "$lol" route --model "$dir/run" --task maze --size 4 --count 2 --out "$dir/routes.jsonl"
+[ "$(wc -l <"$dir/routes.jsonl")" -eq 11 ] && pass "route file: header + 10 sequences" || failed "route file has $(wc -l <"$dir/routes.jsonl") lines"
+printf 'fr\t1,2,3,4\nde\t5,6,7\n' >"$dir/set.tsv"
+expect_ok "route tsv" "$lol" route --model "$dir/run" --data "$dir/set.tsv" --out "$dir/routes_tsv.jsonl"
+expect_ok "path extract" "$lol" path extract "$dir/routes.jsonl" --out "$dir/paths"
+expect_ok "forward with a mode path" "$lol" forward --model "$dir/run" --tokens 1,2,3 --force "$dir/paths/bfs.json" --out "$dir/x.json"
+printf 'fr\t1,oops\n' >"$dir/bad.tsv"
+expect_error "route bad tsv" "bad.tsv line 1: 'oops' is not a token id" "$lol" route --model "$dir/run" --data "$dir/bad.tsv" --out "$dir/failed_routes.jsonl"
+[ ! -e "$dir/failed_routes.jsonl" ] && pass "a failed route run writes no file" || failed "a failed route run left a file"
+expect_ok "init dense" "$lol" init --preset tiny --set family=dense --seed 1 --out "$dir/dense"
+expect_error "route dense model" "needs a core that routes windows" "$lol" route --model "$dir/dense" --data "$dir/set.tsv" --out "$dir/r.jsonl"
+echo '{"lol_routes":1,"core_depth":4,"library_size":4,"sequences":1}' >"$dir/bad_routes.jsonl"
+echo '{"sequence":0}' >>"$dir/bad_routes.jsonl"
+expect_error "path extract bad file" "bad_routes.jsonl line 2: " "$lol" path extract "$dir/bad_routes.jsonl" --out "$dir/p2"
+
 if [ "$failures" -ne 0 ]; then echo "$failures CLI checks failed"; exit 1; fi
 echo "all CLI checks passed"

@@ -39,5 +39,8 @@ check "task trace reproduces the data" 'cmp -s maze.txt traced.txt'
 check "one continuation per question" '[ "$(wc -l <continuations.txt)" -eq "$(wc -l <questions.txt)" ]'
 check "routes written" '[ -s routes.jsonl ]'
 check "untrained model written" '[ -f runs/untrained/model.safetensors ]'
+check "routes of every strategy" '[ "$(grep -c "\"label\"" routes.jsonl)" -eq 15 ]'
+check "a mode path per strategy" '[ "$(ls paths | wc -l)" -eq 5 ] && grep -q "\"count\"" paths/bfs.json'
+check "forced generation on fillers" '[ "$(wc -l <forced_bfs.txt)" -eq "$(wc -l <fillers.txt)" ]'
 if [ "$failures" -ne 0 ]; then echo "$failures README checks failed"; exit 1; fi
 echo "the README runs as written"

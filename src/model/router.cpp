@@ -38,8 +38,13 @@ ForcedPath ForcedPath::from_json(const json& object) {
     auto where = "forced path entry " + std::to_string(index++);
     LOL_CHECK(item.is_object(), where, " must be an object");
     for (const auto& [key, value] : item.items())
-      LOL_CHECK(key == "depth" || key == "window" || key == "expert" || key == "gate", where,
-                ": unknown key '", key, "'");
+      LOL_CHECK(
+          key == "depth" || key == "window" || key == "expert" || key == "gate" || key == "count",
+          where, ": unknown key '", key, "'");
+    // "count" (observations behind a mode-path entry, `lol path extract`) is information only.
+    LOL_CHECK(!item.contains("count") ||
+                  (item["count"].is_number_integer() && item["count"].get<int64_t>() >= 0),
+              where, ": \"count\" must be an integer >= 0");
     LOL_CHECK(item.contains("depth") && item["depth"].is_number_integer(), where,
               ": \"depth\" must be an integer (1-based)");
     LOL_CHECK(item.contains("window") && item["window"].is_number_integer() &&
@@ -167,6 +172,44 @@ json RouteRecord::to_json() const {
   if (length >= 0) j["length"] = length;
   j["margin"] = std::isfinite(margin) ? json(margin) : json(nullptr);
   return j;
+}
+
+RouteRecord RouteRecord::from_json(const json& j) {
+  LOL_CHECK(j.is_object(), "a route must be a JSON object");
+  auto integer = [&](const char* key) {
+    LOL_CHECK(j.contains(key) && j[key].is_number_integer(), "route: \"", key,
+              "\" must be an integer");
+    return j[key].get<int64_t>();
+  };
+  auto number = [&](const char* key) {
+    LOL_CHECK(j.contains(key) && j[key].is_number(), "route: \"", key, "\" must be a number");
+    return j[key].get<double>();
+  };
+  auto flag = [&](const char* key) {
+    LOL_CHECK(j.contains(key) && j[key].is_boolean(), "route: \"", key, "\" must be true or false");
+    return j[key].get<bool>();
+  };
+  RouteRecord r;
+  if (j.contains("sequence")) r.sequence = integer("sequence");
+  r.depth = integer("depth");
+  r.window = integer("window");
+  r.position = integer("position");
+  if (j.contains("length")) r.length = integer("length");
+  r.expert = integer("expert");
+  r.router_choice = integer("router_choice");
+  r.gate = number("gate");
+  LOL_CHECK(j.contains("margin") && (j["margin"].is_null() || j["margin"].is_number()),
+            "route: \"margin\" must be a number or null");
+  r.margin =
+      j["margin"].is_null() ? std::numeric_limits<double>::infinity() : j["margin"].get<double>();
+  r.forced_expert = flag("forced_expert");
+  r.forced_gate = flag("forced_gate");
+  LOL_CHECK(j.contains("probs") && j["probs"].is_array(), "route: \"probs\" must be an array");
+  for (const auto& p : j["probs"]) {
+    LOL_CHECK(p.is_number(), "route: \"probs\" must hold numbers");
+    r.probs.push_back(p.get<double>());
+  }
+  return r;
 }
 
 std::vector<RouteRecord> RouteDecisions::records(const Layout* layout) const {

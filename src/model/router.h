@@ -45,6 +45,7 @@ struct RouteRecord {
   bool forced_expert = false, forced_gate = false;
   std::vector<double> probs;  // p, before the bias
   json to_json() const;
+  static RouteRecord from_json(const json& object);  // throws naming the field
 };
 
 // Routing of every window of one depth. Tensors keep their autograd history (gates carry the

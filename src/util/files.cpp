@@ -25,37 +25,49 @@ std::string read_text_file(const std::string& path) {
   return buffer.str();
 }
 
-void write_file_atomic(const std::string& path,
-                       const std::vector<std::pair<const void*, size_t>>& pieces) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  LOL_CHECK(fd >= 0, "cannot create ", tmp, ": ", std::strerror(errno));
-  for (const auto& [data, size] : pieces) {
-    const char* p = static_cast<const char*>(data);
-    size_t left = size;
-    while (left > 0) {
-      ssize_t n = ::write(fd, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        fail("cannot write ", tmp, ": ", std::strerror(err));
-      }
-      p += n;
-      left -= static_cast<size_t>(n);
-    }
+AtomicWriter::AtomicWriter(std::string path)
+    : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  LOL_CHECK(fd_ >= 0, "cannot create ", tmp_, ": ", std::strerror(errno));
+}
+
+AtomicWriter::~AtomicWriter() {
+  if (fd_ < 0) return;  // committed
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicWriter::write(const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd_, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    LOL_CHECK(n > 0, "cannot write ", tmp_, ": ", std::strerror(errno));
+    p += n;
+    size -= static_cast<size_t>(n);
   }
+}
+
+void AtomicWriter::commit() {
+  const int fd = fd_;
+  fd_ = -1;
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     int err = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot flush ", tmp, ": ", std::strerror(err));
+    ::unlink(tmp_.c_str());
+    fail("cannot flush ", tmp_, ": ", std::strerror(err));
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     int err = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot rename ", tmp, " to ", path, ": ", std::strerror(err));
+    ::unlink(tmp_.c_str());
+    fail("cannot rename ", tmp_, " to ", path_, ": ", std::strerror(err));
   }
+}
+
+void write_file_atomic(const std::string& path,
+                       const std::vector<std::pair<const void*, size_t>>& pieces) {
+  AtomicWriter out(path);
+  for (const auto& [data, size] : pieces) out.write(data, size);
+  out.commit();
 }
 
 void write_file_atomic(const std::string& path, const void* data, size_t size) {

@@ -13,6 +13,24 @@ void write_file_atomic(const std::string& path, const std::string& text);
 // Writes several byte ranges in sequence into one file atomically (header + tensor data).
 void write_file_atomic(const std::string& path,
                        const std::vector<std::pair<const void*, size_t>>& pieces);
+// A file written piece by piece (streamed output) that appears whole at commit(): the pieces go
+// to a temporary beside it, flushed to disk and renamed over the target. Destroyed without
+// commit() (an error, an interrupt), it removes the temporary and leaves the old file alone.
+class AtomicWriter {
+ public:
+  explicit AtomicWriter(std::string path);
+  ~AtomicWriter();
+  AtomicWriter(const AtomicWriter&) = delete;
+  AtomicWriter& operator=(const AtomicWriter&) = delete;
+  void write(const void* data, size_t size);
+  void write(const std::string& text) { write(text.data(), text.size()); }
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
 void make_directories(const std::string& path);
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);

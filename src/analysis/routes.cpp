@@ -1,0 +1,245 @@
+#include "analysis/routes.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "tasks/maze.h"
+#include "tasks/sudoku.h"
+#include "tasks/task.h"
+#include "util/error.h"
+
+namespace lol {
+namespace {
+
+TokenSequence to_sequence(const Document& doc) {
+  TokenSequence s{doc.tokens, doc.prompt_len, {}};
+  for (size_t i = 0; i < doc.router_only.size(); ++i)
+    if (doc.router_only[i]) s.router_only.push_back(static_cast<int64_t>(i));
+  return s;
+}
+
+class TaskSequences : public LabelledSource {
+ public:
+  TaskSequences(tasks::Kind kind, int maze_size, int64_t count, uint64_t seed)
+      : kind_(kind), source_(kind, maze_size, seed, /*split=*/1), count_(count) {}
+  std::optional<LabelledSequence> next() override {
+    if (index_ >= 5 * count_) return std::nullopt;
+    const int strategy = static_cast<int>(index_ % 5) + 1;
+    auto doc = source_.sequence(index_++).document(tasks::vocabulary(kind_));
+    return LabelledSequence{kind_ == tasks::Kind::kSudoku ? sudoku::strategy_name(strategy)
+                                                          : maze::strategy_name(strategy),
+                            to_sequence(doc)};
+  }
+  int64_t size() const override { return 5 * count_; }
+  std::string describe() const override {
+    return source_.describe() + " held-out, " + std::to_string(count_) + " puzzles x 5 strategies";
+  }
+
+ private:
+  tasks::Kind kind_;
+  tasks::TaskSource source_;
+  int64_t count_, index_ = 0;
+};
+
+class TsvSequences : public LabelledSource {
+ public:
+  TsvSequences(const std::string& path, int64_t vocab_size) : path_(path), in_(path), vocab_size_(vocab_size) {
+    LOL_CHECK(in_.good(), path, ": cannot open");
+    std::ifstream counter(path);
+    for (std::string line; std::getline(counter, line);) size_ += !blank(line);
+  }
+  std::optional<LabelledSequence> next() override {
+    std::string line;
+    while (std::getline(in_, line)) {
+      ++line_number_;
+      if (!blank(line)) return parse(line);
+    }
+    return std::nullopt;
+  }
+  int64_t size() const override { return size_; }
+  std::string describe() const override { return path_; }
+
+ private:
+  static bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
+  LabelledSequence parse(const std::string& line) const {
+    const std::string where = path_ + " line " + std::to_string(line_number_);
+    const auto tab = line.find('\t');
+    LOL_CHECK(tab != std::string::npos && tab > 0, where, ": expected label<TAB>ids");
+    LabelledSequence out;
+    out.label = line.substr(0, tab);
+    std::stringstream ids(line.substr(tab + 1));
+    for (std::string item; std::getline(ids, item, ',');) {
+      size_t used = 0;
+      int64_t id = -1;
+      try {
+        id = std::stoll(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      LOL_CHECK(used > 0 && item.find_first_not_of(" \r", used) == std::string::npos, where, ": '", item,
+                "' is not a token id (the second column holds comma-separated ids; text needs a tokenizer)");
+      LOL_CHECK(id >= 0 && id < vocab_size_, where, ": token id ", id, " is outside the vocabulary [0, ",
+                vocab_size_, ")");
+      out.sequence.tokens.push_back(id);
+    }
+    LOL_CHECK(!out.sequence.tokens.empty(), where, ": no token ids");
+    return out;
+  }
+  std::string path_;
+  std::ifstream in_;
+  int64_t vocab_size_, size_ = 0, line_number_ = 0;
+};
+
+int64_t integer_field(const json& object, const char* key, const std::string& where) {
+  LOL_CHECK(object.contains(key) && object[key].is_number_integer(), where, ": \"", key, "\" must be an integer");
+  return object[key].get<int64_t>();
+}
+
+}  // namespace
+
+std::unique_ptr<LabelledSource> task_sequences(const std::string& task, int maze_size, int64_t count, uint64_t seed) {
+  LOL_CHECK(count > 0, "the number of puzzles must be > 0, got ", count);
+  return std::make_unique<TaskSequences>(tasks::parse_kind(task), maze_size, count, seed);
+}
+
+std::unique_ptr<LabelledSource> tsv_sequences(const std::string& path, int64_t vocab_size) {
+  return std::make_unique<TsvSequences>(path, vocab_size);
+}
+
+json SequenceRoutes::to_json() const {
+  json windows_json = json::array();
+  for (const auto& w : windows) {
+    auto j = w.route.to_json();
+    j.erase("sequence");  // the line's
+    j["prompt"] = w.prompt;
+    j["router_only"] = w.router_only;
+    windows_json.push_back(std::move(j));
+  }
+  return {{"sequence", sequence}, {"label", label},          {"length", length},
+          {"prompt_len", prompt_len}, {"windows", windows_json}};
+}
+
+SequenceRoutes SequenceRoutes::from_json(const json& object) {
+  LOL_CHECK(object.is_object(), "a sequence's routes must be a JSON object");
+  SequenceRoutes s;
+  s.sequence = integer_field(object, "sequence", "routes");
+  LOL_CHECK(object.contains("label") && object["label"].is_string(), "routes: \"label\" must be a string");
+  s.label = object["label"].get<std::string>();
+  s.length = integer_field(object, "length", "routes");
+  s.prompt_len = integer_field(object, "prompt_len", "routes");
+  LOL_CHECK(object.contains("windows") && object["windows"].is_array(), "routes: \"windows\" must be an array");
+  for (const auto& w : object["windows"]) {
+    WindowRoute route;
+    route.route = RouteRecord::from_json(w);
+    route.route.sequence = s.sequence;
+    LOL_CHECK(w.contains("prompt") && w["prompt"].is_boolean(), "routes: a window's \"prompt\" must be true or false");
+    route.prompt = w["prompt"].get<bool>();
+    route.router_only = integer_field(w, "router_only", "routes: a window");
+    s.windows.push_back(std::move(route));
+  }
+  return s;
+}
+
+json RouteFileHeader::to_json() const {
+  return {{"lol_routes", 1},        {"model", model},   {"source", source}, {"core_depth", core_depth},
+          {"library_size", library_size}, {"sequences", sequences}};
+}
+
+RouteFileHeader RouteFileHeader::from_json(const json& object) {
+  LOL_CHECK(object.is_object() && object.contains("lol_routes") && object["lol_routes"] == 1,
+            "not a route file (its first line must be a header with \"lol_routes\": 1)");
+  RouteFileHeader h;
+  if (object.contains("model") && object["model"].is_string()) h.model = object["model"].get<std::string>();
+  if (object.contains("source") && object["source"].is_string()) h.source = object["source"].get<std::string>();
+  h.core_depth = integer_field(object, "core_depth", "route file header");
+  h.library_size = integer_field(object, "library_size", "route file header");
+  h.sequences = integer_field(object, "sequences", "route file header");
+  LOL_CHECK(h.core_depth > 0 && h.library_size > 0, "route file header: core_depth and library_size must be > 0");
+  return h;
+}
+
+void extract_routes(LanguageModel& model, LabelledSource& source, const ExtractOptions& options,
+                    const std::function<void(SequenceRoutes&&)>& sink) {
+  const auto* routing = model->core().routing();
+  LOL_CHECK(routing, "route extraction needs a core that routes windows (family lol); this is a ",
+            enum_name(model->config().family), " model");
+  LOL_CHECK(options.batch_size > 0, "the batch size must be > 0, got ", options.batch_size);
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const auto device = model->parameters().front().device();
+  const auto& c = model->config();
+  int64_t done = 0;
+  for (;;) {
+    std::vector<LabelledSequence> batch;
+    while (static_cast<int64_t>(batch.size()) < options.batch_size) {
+      auto item = source.next();
+      if (!item) break;
+      LOL_CHECK(static_cast<int64_t>(item->sequence.tokens.size()) <= c.max_seq_len, source.describe(), ": sequence ",
+                done + static_cast<int64_t>(batch.size()), " has ", item->sequence.tokens.size(),
+                " tokens, more than the model's max_seq_len ", c.max_seq_len);
+      batch.push_back(std::move(*item));
+    }
+    if (batch.empty()) break;
+    std::vector<std::vector<TokenSequence>> rows;
+    for (const auto& b : batch) rows.push_back({b.sequence});
+    Layout layout(Batch::from_documents(rows), c.vocab_size, device);
+    const auto result = model->forward(layout);
+    std::vector<SequenceRoutes> out(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      out[i].sequence = done + static_cast<int64_t>(i);
+      out[i].label = batch[i].label;
+      out[i].length = static_cast<int64_t>(batch[i].sequence.tokens.size());
+      out[i].prompt_len = layout.documents()[i].prompt_len;
+    }
+    for (const auto& depth : result.routes)
+      for (auto& record : depth.records(&layout)) {
+        auto& s = out[static_cast<size_t>(record.sequence)];
+        const auto& ro = batch[static_cast<size_t>(record.sequence)].sequence.router_only;
+        WindowRoute w;
+        w.prompt = s.prompt_len > 0 && record.window == 0;
+        for (int64_t p : ro) w.router_only += p >= record.position && p < record.position + record.length;
+        record.sequence = s.sequence;
+        w.route = std::move(record);
+        s.windows.push_back(std::move(w));
+      }
+    for (auto& s : out) sink(std::move(s));
+    done += static_cast<int64_t>(batch.size());
+    if (options.on_progress) options.on_progress(done);
+  }
+}
+
+RouteFileHeader read_routes(std::istream& in, const std::string& name,
+                            const std::function<void(SequenceRoutes&&)>& sink) {
+  std::string line;
+  LOL_CHECK(std::getline(in, line), name, ": empty (a route file starts with its header line)");
+  const json header_json = json::parse(line, nullptr, false);
+  RouteFileHeader header;
+  try {
+    header = RouteFileHeader::from_json(header_json);
+  } catch (const Error& e) {
+    fail(name, " line 1: ", e.what());
+  }
+  for (int64_t number = 2; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const json object = json::parse(line, nullptr, false);
+    LOL_CHECK(!object.is_discarded(), name, " line ", number, ": not valid JSON");
+    SequenceRoutes s;
+    try {
+      s = SequenceRoutes::from_json(object);
+      for (const auto& w : s.windows) {
+        LOL_CHECK(w.route.depth >= 1 && w.route.depth <= header.core_depth, "depth ", w.route.depth,
+                  " is outside 1..", header.core_depth);
+        LOL_CHECK(static_cast<int64_t>(w.route.probs.size()) == header.library_size, "a window has ",
+                  w.route.probs.size(), " probabilities, the header's library has ", header.library_size);
+        LOL_CHECK(w.route.expert >= 0 && w.route.expert < header.library_size, "expert ", w.route.expert,
+                  " is outside the library");
+      }
+    } catch (const Error& e) {
+      fail(name, " line ", number, ": ", e.what());
+    }
+    sink(std::move(s));
+  }
+  return header;
+}
+
+}  // namespace lol

@@ -1,0 +1,171 @@
+// Route extraction and mode paths (docs/analysis.md).
+#include <random>
+#include <sstream>
+
+#include "analysis/paths.h"
+#include "analysis/routes.h"
+#include "helpers.h"
+
+namespace lol {
+namespace {
+
+// Synthetic routes: every label has a planted expert per (depth, ordinal); each sequence's
+// probabilities put most mass there, with noise large enough that single windows often pick
+// another expert, and sequences of different lengths reach different ordinals.
+std::vector<SequenceRoutes> planted_routes(std::mt19937& rng, const std::map<std::string, std::vector<int64_t>>& planted,
+                                           int64_t depths, int64_t library, int per_label) {
+  std::vector<SequenceRoutes> out;
+  std::uniform_real_distribution<double> noise(0.0, 1.0);
+  for (const auto& [label, experts] : planted)
+    for (int i = 0; i < per_label; ++i) {
+      SequenceRoutes s;
+      s.sequence = static_cast<int64_t>(out.size());
+      s.label = label;
+      const int64_t windows = 1 + i % 3;  // ordinals 0..windows-1: 0 to 2
+      for (int64_t l = 1; l <= depths; ++l)
+        for (int64_t k = 0; k < windows; ++k) {
+          WindowRoute w;
+          w.route.depth = l;
+          w.route.window = k;
+          std::vector<double> p(library);
+          double total = 0;
+          const int64_t favourite = experts[(l - 1 + k) % experts.size()];
+          for (int64_t m = 0; m < library; ++m) total += p[m] = noise(rng) + (m == favourite ? 0.6 : 0.0);
+          for (auto& x : p) x /= total;
+          w.route.probs = p;
+          w.route.expert = std::max_element(p.begin(), p.end()) - p.begin();
+          s.windows.push_back(w);
+        }
+      out.push_back(s);
+    }
+  return out;
+}
+
+TEST(ModePaths, RecoverThePlantedPathWithMeanGatesAndCounts) {
+  std::mt19937 rng(17);
+  const std::map<std::string, std::vector<int64_t>> planted = {{"bfs", {0, 3, 1}}, {"dfs", {2, 2, 5}}};
+  const auto routes = planted_routes(rng, planted, /*depths=*/4, /*library=*/6, /*per_label=*/60);
+  ModePathBuilder builder;
+  for (const auto& r : routes) builder.add(r);
+  const auto paths = builder.paths();
+  ASSERT_EQ(paths.size(), 2u);
+  int single_window_disagreements = 0;
+  for (const auto& r : routes)
+    for (const auto& w : r.windows)
+      single_window_disagreements +=
+          w.route.expert != planted.at(r.label)[(w.route.depth - 1 + w.route.window) % planted.at(r.label).size()];
+  EXPECT_GT(single_window_disagreements, 100);  // the mean, not each window, finds the path
+  for (const auto& p : paths) {
+    EXPECT_EQ(p.sequences, 60);
+    const auto& experts = planted.at(p.label);
+    for (int64_t l = 1; l <= 4; ++l)
+      for (int64_t k = 0; k < 4; ++k) {
+        const auto* entry = p.path.find(l, k);
+        ASSERT_NE(entry, nullptr);
+        // Ordinal 3 is never observed: the last observed ordinal (2) applies (SPEC 1.6).
+        EXPECT_EQ(*entry->expert, experts[(l - 1 + std::min<int64_t>(k, 2)) % experts.size()])
+            << p.label << " depth " << l << " window " << k;
+      }
+    // The gate is the mean probability of that expert over the sequences reaching the cell.
+    double sum = 0;
+    int64_t count = 0;
+    for (const auto& r : routes)
+      if (r.label == p.label)
+        for (const auto& w : r.windows)
+          if (w.route.depth == 2 && w.route.window == 2) {
+            sum += w.route.probs[*p.path.find(2, 2)->expert];
+            ++count;
+          }
+    EXPECT_EQ(p.counts.at({2, 2}), count);
+    EXPECT_EQ(count, 20);  // only the sequences with three or more windows
+    EXPECT_NEAR(*p.path.find(2, 2)->gate, sum / static_cast<double>(count), 1e-12);
+    // The file loads as a forced path.
+    const auto back = ForcedPath::from_json(p.to_json());
+    EXPECT_EQ(back.to_json(), p.path.to_json());
+  }
+}
+
+TEST(Routes, ExtractionRecordsTheForwardPassRoutesAndRoundTrips) {
+  auto c = testing::tiny_config();
+  c.vocab_size = 160;  // the maze vocabulary
+  c.max_seq_len = 256;
+  auto model = testing::make_model(c, 8);
+  auto source = task_sequences("maze", 4, 2, 3);
+  ASSERT_EQ(source->size(), 10);
+  std::vector<SequenceRoutes> extracted;
+  ExtractOptions options;
+  options.batch_size = 3;  // batches that split the puzzles' five strategies
+  extract_routes(model, *source, options, [&](SequenceRoutes&& s) { extracted.push_back(std::move(s)); });
+  ASSERT_EQ(extracted.size(), 10u);
+  // Each sequence alone through the model gives the same routes.
+  auto again = task_sequences("maze", 4, 2, 3);
+  torch::NoGradGuard no_grad;
+  for (const auto& s : extracted) {
+    auto item = again->next();
+    ASSERT_TRUE(item);
+    EXPECT_EQ(s.label, item->label);
+    EXPECT_EQ(s.length, static_cast<int64_t>(item->sequence.tokens.size()));
+    Layout layout(Batch::from_documents({{item->sequence}}), c.vocab_size, testing::device());
+    std::vector<RouteRecord> alone;
+    for (const auto& depth : model->forward(layout).routes)
+      for (auto& r : depth.records(&layout)) alone.push_back(r);
+    ASSERT_EQ(alone.size(), s.windows.size());
+    for (size_t i = 0; i < alone.size(); ++i) {
+      const auto& w = s.windows[i];
+      EXPECT_EQ(w.route.depth, alone[i].depth);
+      EXPECT_EQ(w.route.window, alone[i].window);
+      EXPECT_EQ(w.route.position, alone[i].position);
+      EXPECT_EQ(w.route.length, alone[i].length);
+      if (alone[i].margin > 1e-4) {
+        EXPECT_EQ(w.route.expert, alone[i].expert);
+      }
+      EXPECT_NEAR(w.route.gate, alone[i].gate, 1e-5);
+      EXPECT_EQ(w.prompt, s.prompt_len > 0 && w.route.window == 0);
+    }
+    // The descriptor is router-only and inside the prompt window.
+    int64_t router_only = 0;
+    for (const auto& w : s.windows)
+      if (w.route.depth == 1) router_only += w.router_only;
+    EXPECT_EQ(router_only, static_cast<int64_t>(item->sequence.router_only.size()));
+    EXPECT_GT(router_only, 0);
+  }
+  // Written and read back, the file holds the same routes.
+  std::stringstream file;
+  file << RouteFileHeader{"m", "s", c.core_depth, c.library_size, 10}.to_json().dump() << "\n";
+  for (const auto& s : extracted) file << s.to_json().dump() << "\n";
+  std::vector<SequenceRoutes> read;
+  const auto header = read_routes(file, "routes", [&](SequenceRoutes&& s) { read.push_back(std::move(s)); });
+  EXPECT_EQ(header.library_size, c.library_size);
+  ASSERT_EQ(read.size(), extracted.size());
+  for (size_t i = 0; i < read.size(); ++i) EXPECT_EQ(read[i].to_json(), extracted[i].to_json());
+}
+
+TEST(Routes, MalformedRouteFilesNameTheLine) {
+  auto error_of = [](const std::string& text) {
+    std::stringstream in(text);
+    try {
+      read_routes(in, "r.jsonl", [](SequenceRoutes&&) {});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string header = R"({"lol_routes":1,"core_depth":2,"library_size":2,"sequences":1})";
+  const std::string window =
+      R"({"depth":1,"window":0,"position":0,"expert":1,"gate":0.6,"probs":[0.4,0.6],"margin":0.2,)"
+      R"("router_choice":1,"forced_expert":false,"forced_gate":false,"prompt":false,"router_only":0})";
+  const std::string good = R"({"sequence":0,"label":"a","length":3,"prompt_len":0,"windows":[)" + window + "]}";
+  EXPECT_EQ(error_of(header + "\n" + good + "\n"), "no error");
+  EXPECT_NE(error_of("").find("empty"), std::string::npos);
+  EXPECT_NE(error_of("{}\n").find("r.jsonl line 1: not a route file"), std::string::npos);
+  EXPECT_NE(error_of(header + "\n{oops\n").find("r.jsonl line 2: not valid JSON"), std::string::npos);
+  auto bad_depth = good;
+  bad_depth.replace(bad_depth.find("\"depth\":1"), 9, "\"depth\":7");
+  EXPECT_NE(error_of(header + "\n\n" + bad_depth).find("line 3: depth 7 is outside 1..2"), std::string::npos);
+  auto bad_probs = good;
+  bad_probs.replace(bad_probs.find("[0.4,0.6]"), 9, "[0.4]");
+  EXPECT_NE(error_of(header + "\n" + bad_probs).find("has 1 probabilities"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lol
