@@ -4,6 +4,7 @@
 
 #include "analysis/paths.h"
 #include "analysis/routes.h"
+#include "analysis/stats.h"
 #include "helpers.h"
 
 namespace lol {
@@ -12,8 +13,9 @@ namespace {
 // Synthetic routes: every label has a planted expert per (depth, ordinal); each sequence's
 // probabilities put most mass there, with noise large enough that single windows often pick
 // another expert, and sequences of different lengths reach different ordinals.
-std::vector<SequenceRoutes> planted_routes(std::mt19937& rng, const std::map<std::string, std::vector<int64_t>>& planted,
-                                           int64_t depths, int64_t library, int per_label) {
+std::vector<SequenceRoutes> planted_routes(
+    std::mt19937& rng, const std::map<std::string, std::vector<int64_t>>& planted, int64_t depths,
+    int64_t library, int per_label) {
   std::vector<SequenceRoutes> out;
   std::uniform_real_distribution<double> noise(0.0, 1.0);
   for (const auto& [label, experts] : planted)
@@ -30,7 +32,8 @@ std::vector<SequenceRoutes> planted_routes(std::mt19937& rng, const std::map<std
           std::vector<double> p(library);
           double total = 0;
           const int64_t favourite = experts[(l - 1 + k) % experts.size()];
-          for (int64_t m = 0; m < library; ++m) total += p[m] = noise(rng) + (m == favourite ? 0.6 : 0.0);
+          for (int64_t m = 0; m < library; ++m)
+            total += p[m] = noise(rng) + (m == favourite ? 0.6 : 0.0);
           for (auto& x : p) x /= total;
           w.route.probs = p;
           w.route.expert = std::max_element(p.begin(), p.end()) - p.begin();
@@ -43,7 +46,8 @@ std::vector<SequenceRoutes> planted_routes(std::mt19937& rng, const std::map<std
 
 TEST(ModePaths, RecoverThePlantedPathWithMeanGatesAndCounts) {
   std::mt19937 rng(17);
-  const std::map<std::string, std::vector<int64_t>> planted = {{"bfs", {0, 3, 1}}, {"dfs", {2, 2, 5}}};
+  const std::map<std::string, std::vector<int64_t>> planted = {{"bfs", {0, 3, 1}},
+                                                               {"dfs", {2, 2, 5}}};
   const auto routes = planted_routes(rng, planted, /*depths=*/4, /*library=*/6, /*per_label=*/60);
   ModePathBuilder builder;
   for (const auto& r : routes) builder.add(r);
@@ -53,7 +57,8 @@ TEST(ModePaths, RecoverThePlantedPathWithMeanGatesAndCounts) {
   for (const auto& r : routes)
     for (const auto& w : r.windows)
       single_window_disagreements +=
-          w.route.expert != planted.at(r.label)[(w.route.depth - 1 + w.route.window) % planted.at(r.label).size()];
+          w.route.expert !=
+          planted.at(r.label)[(w.route.depth - 1 + w.route.window) % planted.at(r.label).size()];
   EXPECT_GT(single_window_disagreements, 100);  // the mean, not each window, finds the path
   for (const auto& p : paths) {
     EXPECT_EQ(p.sequences, 60);
@@ -85,6 +90,68 @@ TEST(ModePaths, RecoverThePlantedPathWithMeanGatesAndCounts) {
   }
 }
 
+// Token paths of a sequence whose windows at every depth cover `length` tokens in windows of `w`.
+SequenceRoutes routes_with_experts(
+    int64_t length, int64_t w, int64_t depths, int64_t library,
+    const std::function<int64_t(int64_t depth, int64_t ordinal)>& expert) {
+  SequenceRoutes s;
+  s.label = "x";
+  s.length = length;
+  for (int64_t l = 1; l <= depths; ++l)
+    for (int64_t k = 0; k * w < length; ++k) {
+      WindowRoute r;
+      r.route.depth = l;
+      r.route.window = k;
+      r.route.position = k * w;
+      r.route.length = std::min(w, length - k * w);
+      r.route.expert = expert(l, k);
+      r.route.probs.assign(library, 0.0);
+      r.route.probs[r.route.expert] = 1.0;
+      r.route.margin = 1.0;
+      s.windows.push_back(r);
+    }
+  return s;
+}
+
+TEST(RouteStats, DistinctExpertsFollowTheUniformNullAndPlantedPaths) {
+  // The paper's figures: L 8, D 16 and L 24, D 16.
+  EXPECT_NEAR(expected_distinct_experts(8, 16), 7.06, 0.005);
+  EXPECT_NEAR(expected_distinct_experts(24, 16), 11.85, 0.01);
+  EXPECT_DOUBLE_EQ(expected_distinct_experts(4, 1), 1.0);
+  // Independent uniform routes: the measured U approaches E[U].
+  std::mt19937 rng(3);
+  for (auto [L, D] : std::vector<std::pair<int64_t, int64_t>>{{8, 16}, {24, 16}}) {
+    RouteStatsBuilder builder(D, L);
+    std::uniform_int_distribution<int64_t> pick(0, L - 1);
+    for (int i = 0; i < 1000; ++i)
+      builder.add(routes_with_experts(40, 4, D, L, [&](int64_t, int64_t) { return pick(rng); }));
+    const auto stats = builder.finish();
+    EXPECT_EQ(stats.token_paths, 1000 * 40);
+    EXPECT_NEAR(stats.mean_distinct, expected_distinct_experts(L, D), 0.05)
+        << "L " << L << " D " << D;
+    EXPECT_NEAR(stats.mean_repeated + stats.mean_distinct, static_cast<double>(D), 1e-12);
+    double shares = 0;
+    for (double x : stats.distinct_share) shares += x;
+    EXPECT_NEAR(shares, 1.0, 1e-12);
+    for (const auto& row : stats.utilisation.at("*")) {
+      double total = 0;
+      for (double x : row) total += x;
+      EXPECT_NEAR(total, 1.0, 1e-12);
+      for (double x : row) EXPECT_NEAR(x, 1.0 / static_cast<double>(L), 0.05);
+    }
+  }
+  // A planted path that alternates two experts over depth: U = 2 everywhere, full agreement.
+  RouteStatsBuilder builder(6, 4);
+  for (int i = 0; i < 10; ++i)
+    builder.add(routes_with_experts(12, 4, 6, 4, [](int64_t l, int64_t) { return l % 2; }));
+  const auto stats = builder.finish();
+  EXPECT_DOUBLE_EQ(stats.mean_distinct, 2.0);
+  EXPECT_DOUBLE_EQ(stats.mean_unused, 2.0);
+  EXPECT_DOUBLE_EQ(stats.distinct_share[1], 1.0);
+  for (const auto& [key, share] : stats.agreement.at("x")) EXPECT_DOUBLE_EQ(share, 1.0);
+  EXPECT_DOUBLE_EQ(stats.utilisation.at("x")[0][1], 1.0);  // depth 1 uses expert 1
+}
+
 TEST(Routes, ExtractionRecordsTheForwardPassRoutesAndRoundTrips) {
   auto c = testing::tiny_config();
   c.vocab_size = 160;  // the maze vocabulary
@@ -95,7 +162,8 @@ TEST(Routes, ExtractionRecordsTheForwardPassRoutesAndRoundTrips) {
   std::vector<SequenceRoutes> extracted;
   ExtractOptions options;
   options.batch_size = 3;  // batches that split the puzzles' five strategies
-  extract_routes(model, *source, options, [&](SequenceRoutes&& s) { extracted.push_back(std::move(s)); });
+  extract_routes(model, *source, options,
+                 [&](SequenceRoutes&& s) { extracted.push_back(std::move(s)); });
   ASSERT_EQ(extracted.size(), 10u);
   // Each sequence alone through the model gives the same routes.
   auto again = task_sequences("maze", 4, 2, 3);
@@ -134,8 +202,9 @@ TEST(Routes, ExtractionRecordsTheForwardPassRoutesAndRoundTrips) {
   file << RouteFileHeader{"m", "s", c.core_depth, c.library_size, 10}.to_json().dump() << "\n";
   for (const auto& s : extracted) file << s.to_json().dump() << "\n";
   std::vector<SequenceRoutes> read;
-  const auto header = read_routes(file, "routes", [&](SequenceRoutes&& s) { read.push_back(std::move(s)); });
-  EXPECT_EQ(header.library_size, c.library_size);
+  RouteReader reader(file, "routes");
+  while (auto s = reader.next()) read.push_back(std::move(*s));
+  EXPECT_EQ(reader.header().library_size, c.library_size);
   ASSERT_EQ(read.size(), extracted.size());
   for (size_t i = 0; i < read.size(); ++i) EXPECT_EQ(read[i].to_json(), extracted[i].to_json());
 }
@@ -144,7 +213,9 @@ TEST(Routes, MalformedRouteFilesNameTheLine) {
   auto error_of = [](const std::string& text) {
     std::stringstream in(text);
     try {
-      read_routes(in, "r.jsonl", [](SequenceRoutes&&) {});
+      RouteReader reader(in, "r.jsonl");
+      while (reader.next()) {
+      }
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -154,14 +225,17 @@ TEST(Routes, MalformedRouteFilesNameTheLine) {
   const std::string window =
       R"({"depth":1,"window":0,"position":0,"expert":1,"gate":0.6,"probs":[0.4,0.6],"margin":0.2,)"
       R"("router_choice":1,"forced_expert":false,"forced_gate":false,"prompt":false,"router_only":0})";
-  const std::string good = R"({"sequence":0,"label":"a","length":3,"prompt_len":0,"windows":[)" + window + "]}";
+  const std::string good =
+      R"({"sequence":0,"label":"a","length":3,"prompt_len":0,"windows":[)" + window + "]}";
   EXPECT_EQ(error_of(header + "\n" + good + "\n"), "no error");
   EXPECT_NE(error_of("").find("empty"), std::string::npos);
   EXPECT_NE(error_of("{}\n").find("r.jsonl line 1: not a route file"), std::string::npos);
-  EXPECT_NE(error_of(header + "\n{oops\n").find("r.jsonl line 2: not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of(header + "\n{oops\n").find("r.jsonl line 2: not valid JSON"),
+            std::string::npos);
   auto bad_depth = good;
   bad_depth.replace(bad_depth.find("\"depth\":1"), 9, "\"depth\":7");
-  EXPECT_NE(error_of(header + "\n\n" + bad_depth).find("line 3: depth 7 is outside 1..2"), std::string::npos);
+  EXPECT_NE(error_of(header + "\n\n" + bad_depth).find("line 3: depth 7 is outside 1..2"),
+            std::string::npos);
   auto bad_probs = good;
   bad_probs.replace(bad_probs.find("[0.4,0.6]"), 9, "[0.4]");
   EXPECT_NE(error_of(header + "\n" + bad_probs).find("has 1 probabilities"), std::string::npos);

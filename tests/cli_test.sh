@@ -110,6 +110,8 @@ expect_ok "route task" "$lol" route --model "$dir/run" --task maze --size 4 --co
 printf 'fr\t1,2,3,4\nde\t5,6,7\n' >"$dir/set.tsv"
 expect_ok "route tsv" "$lol" route --model "$dir/run" --data "$dir/set.tsv" --out "$dir/routes_tsv.jsonl"
 expect_ok "path extract" "$lol" path extract "$dir/routes.jsonl" --out "$dir/paths"
+expect_ok "path stats" "$lol" path stats "$dir/routes.jsonl" --json "$dir/stats.json"
+grep -q '"expected_uniform"' "$dir/stats.json" && pass "stats json" || failed "stats json lacks expected_uniform"
 expect_ok "forward with a mode path" "$lol" forward --model "$dir/run" --tokens 1,2,3 --force "$dir/paths/bfs.json" --out "$dir/x.json"
 printf 'fr\t1,oops\n' >"$dir/bad.tsv"
 expect_error "route bad tsv" "bad.tsv line 1: 'oops' is not a token id" "$lol" route --model "$dir/run" --data "$dir/bad.tsv" --out "$dir/failed_routes.jsonl"

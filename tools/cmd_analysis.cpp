@@ -5,6 +5,7 @@
 
 #include "analysis/paths.h"
 #include "analysis/routes.h"
+#include "analysis/stats.h"
 #include "commands.h"
 #include "model/checkpoint.h"
 #include "util/files.h"
@@ -13,7 +14,8 @@
 namespace lol::cli {
 
 void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
-  auto* cmd = app.add_subcommand("route", "record the routes of labelled sequences (teacher-forced) as JSON lines");
+  auto* cmd = app.add_subcommand(
+      "route", "record the routes of labelled sequences (teacher-forced) as JSON lines");
   struct Opts {
     std::string model, task, data, out;
     int64_t count = 100, batch_size = 16;
@@ -22,15 +24,19 @@ void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "model or training run directory")->required();
-  cmd->add_option("--task", o->task, "sudoku or maze: held-out puzzles, every strategy, labelled by strategy")
+  cmd->add_option("--task", o->task,
+                  "sudoku or maze: held-out puzzles, every strategy, labelled by strategy")
       ->check(CLI::IsMember({"sudoku", "maze"}));
   cmd->add_option("--count", o->count, "task: puzzles (each gives five sequences)")
       ->capture_default_str()
       ->check(at_least(1));
   cmd->add_option("--seed", o->seed, "task: generator seed")->capture_default_str();
   cmd->add_option("--size", o->size, "task maze: side n")->capture_default_str();
-  cmd->add_option("--data", o->data, "labelled set: a TSV file of label<TAB>comma-separated ids per line");
-  cmd->add_option("--batch-size", o->batch_size, "sequences per forward pass")->capture_default_str()->check(at_least(1));
+  cmd->add_option("--data", o->data,
+                  "labelled set: a TSV file of label<TAB>comma-separated ids per line");
+  cmd->add_option("--batch-size", o->batch_size, "sequences per forward pass")
+      ->capture_default_str()
+      ->check(at_least(1));
   cmd->add_option("--out", o->out, "route file (JSON lines, docs/analysis.md)")->required();
   commands.emplace_back(cmd, [o] {
     LOL_CHECK(o->task.empty() != o->data.empty(), "give exactly one of --task and --data");
@@ -39,8 +45,8 @@ void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     const auto& config = model->config();
     auto source = o->task.empty() ? tsv_sequences(o->data, config.vocab_size)
                                   : task_sequences(o->task, o->size, o->count, o->seed);
-    RouteFileHeader header{resolve_model_dir(o->model), source->describe(), config.core_depth, config.library_size,
-                           source->size()};
+    RouteFileHeader header{resolve_model_dir(o->model), source->describe(), config.core_depth,
+                           config.library_size, source->size()};
     AtomicWriter out(o->out);
     out.write(header.to_json().dump() + "\n");
     Progress progress("route", source->size());
@@ -51,9 +57,11 @@ void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       progress.update(done, "sequences");
       LOL_CHECK(!interrupt_requested(), "interrupted; ", o->out, " was not written");
     };
-    extract_routes(model, *source, options, [&](SequenceRoutes&& s) { out.write(s.to_json().dump() + "\n"); });
+    extract_routes(model, *source, options,
+                   [&](SequenceRoutes&& s) { out.write(s.to_json().dump() + "\n"); });
     out.commit();
-    progress.finish("wrote the routes of " + std::to_string(source->size()) + " sequences to " + o->out);
+    progress.finish("wrote the routes of " + std::to_string(source->size()) + " sequences to " +
+                    o->out);
   });
 }
 
@@ -64,21 +72,26 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
     std::string routes, out;
   };
   auto o = std::make_shared<Opts>();
-  auto* extract = path->add_subcommand(
-      "extract", "one forced-path file per label: the argmax of the mean router probabilities per (depth, window)");
+  auto* extract = path->add_subcommand("extract",
+                                       "one forced-path file per label: the argmax of the mean "
+                                       "router probabilities per (depth, window)");
   extract->add_option("routes", o->routes, "route file written by lol route")->required();
   extract->add_option("--out", o->out, "directory for LABEL.json files")->required();
   commands.emplace_back(extract, [o] {
     std::ifstream in(o->routes);
     LOL_CHECK(in.good(), o->routes, ": cannot open");
+    RouteReader reader(in, o->routes);
     ModePathBuilder builder;
-    const auto header = read_routes(in, o->routes, [&](SequenceRoutes&& s) { builder.add(s); });
+    while (auto s = reader.next()) builder.add(*s);
+    const auto& header = reader.header();
     const auto paths = builder.paths();
     LOL_CHECK(!paths.empty(), o->routes, ": holds no sequence");
     make_directories(o->out);
-    std::cout << "mode paths of " << header.sequences << " sequences (" << header.source << "), experts per depth at window 1:\n";
+    std::cout << "mode paths of " << header.sequences << " sequences (" << header.source
+              << "), experts per depth at window 1:\n";
     for (const auto& p : paths) {
-      write_file_atomic(o->out + "/" + label_file_name(p.label) + ".json", p.to_json().dump(2) + "\n");
+      write_file_atomic(o->out + "/" + label_file_name(p.label) + ".json",
+                        p.to_json().dump(2) + "\n");
       std::cout << "  " << p.label << " (" << p.sequences << "):";
       for (const auto& [depth, entries] : p.path.depths) {
         const auto* e = p.path.find(depth, 1);
@@ -87,6 +100,27 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
       std::cout << "\n";
     }
     std::cout << "wrote " << paths.size() << " paths to " << o->out << "\n";
+  });
+
+  struct StatsOpts {
+    std::string routes, json_out;
+  };
+  auto so = std::make_shared<StatsOpts>();
+  auto* stats = path->add_subcommand("stats",
+                                     "expert utilisation, distinct experts per path against the "
+                                     "uniform null, mode-path agreement, margins");
+  stats->add_option("routes", so->routes, "route file written by lol route")->required();
+  stats->add_option("--json", so->json_out, "also write every statistic as JSON to this file");
+  commands.emplace_back(stats, [so] {
+    std::ifstream in(so->routes);
+    LOL_CHECK(in.good(), so->routes, ": cannot open");
+    RouteReader reader(in, so->routes);
+    RouteStatsBuilder builder(reader.header().core_depth, reader.header().library_size);
+    while (auto s = reader.next()) builder.add(*s);
+    const auto result = builder.finish();
+    LOL_CHECK(result.sequences > 0, so->routes, ": holds no sequence");
+    std::cout << result.to_text();
+    if (!so->json_out.empty()) write_file_atomic(so->json_out, result.to_json().dump(2) + "\n");
   });
 }
 

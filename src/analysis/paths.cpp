@@ -10,8 +10,9 @@ void ModePathBuilder::add(const SequenceRoutes& routes) {
   for (const auto& w : routes.windows) {
     auto& cell = cells[{w.route.depth, w.route.window}];
     if (cell.sum.empty()) cell.sum.assign(w.route.probs.size(), 0.0);
-    LOL_CHECK(cell.sum.size() == w.route.probs.size(), "sequence ", routes.sequence, " depth ", w.route.depth,
-              ": ", w.route.probs.size(), " probabilities where earlier windows had ", cell.sum.size());
+    LOL_CHECK(cell.sum.size() == w.route.probs.size(), "sequence ", routes.sequence, " depth ",
+              w.route.depth, ": ", w.route.probs.size(),
+              " probabilities where earlier windows had ", cell.sum.size());
     for (size_t m = 0; m < cell.sum.size(); ++m) cell.sum[m] += w.route.probs[m];
     ++cell.count;
   }
@@ -48,8 +49,8 @@ json ModePath::to_json() const {
 std::string label_file_name(const std::string& label) {
   std::string out;
   for (char ch : label) {
-    const bool keep = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
-                      ch == '_' || ch == '.';
+    const bool keep = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                      (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.';
     out += keep ? ch : '_';
   }
   if (out.empty() || out == "." || out == "..") out = "_" + out;

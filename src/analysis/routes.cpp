@@ -43,7 +43,8 @@ class TaskSequences : public LabelledSource {
 
 class TsvSequences : public LabelledSource {
  public:
-  TsvSequences(const std::string& path, int64_t vocab_size) : path_(path), in_(path), vocab_size_(vocab_size) {
+  TsvSequences(const std::string& path, int64_t vocab_size)
+      : path_(path), in_(path), vocab_size_(vocab_size) {
     LOL_CHECK(in_.good(), path, ": cannot open");
     std::ifstream counter(path);
     for (std::string line; std::getline(counter, line);) size_ += !blank(line);
@@ -60,7 +61,9 @@ class TsvSequences : public LabelledSource {
   std::string describe() const override { return path_; }
 
  private:
-  static bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
+  static bool blank(const std::string& line) {
+    return line.find_first_not_of(" \t\r") == std::string::npos;
+  }
   LabelledSequence parse(const std::string& line) const {
     const std::string where = path_ + " line " + std::to_string(line_number_);
     const auto tab = line.find('\t');
@@ -76,10 +79,12 @@ class TsvSequences : public LabelledSource {
       } catch (const std::exception&) {
         used = 0;
       }
-      LOL_CHECK(used > 0 && item.find_first_not_of(" \r", used) == std::string::npos, where, ": '", item,
-                "' is not a token id (the second column holds comma-separated ids; text needs a tokenizer)");
-      LOL_CHECK(id >= 0 && id < vocab_size_, where, ": token id ", id, " is outside the vocabulary [0, ",
-                vocab_size_, ")");
+      LOL_CHECK(used > 0 && item.find_first_not_of(" \r", used) == std::string::npos, where, ": '",
+                item,
+                "' is not a token id (the second column holds comma-separated ids; text needs a "
+                "tokenizer)");
+      LOL_CHECK(id >= 0 && id < vocab_size_, where, ": token id ", id,
+                " is outside the vocabulary [0, ", vocab_size_, ")");
       out.sequence.tokens.push_back(id);
     }
     LOL_CHECK(!out.sequence.tokens.empty(), where, ": no token ids");
@@ -91,13 +96,15 @@ class TsvSequences : public LabelledSource {
 };
 
 int64_t integer_field(const json& object, const char* key, const std::string& where) {
-  LOL_CHECK(object.contains(key) && object[key].is_number_integer(), where, ": \"", key, "\" must be an integer");
+  LOL_CHECK(object.contains(key) && object[key].is_number_integer(), where, ": \"", key,
+            "\" must be an integer");
   return object[key].get<int64_t>();
 }
 
 }  // namespace
 
-std::unique_ptr<LabelledSource> task_sequences(const std::string& task, int maze_size, int64_t count, uint64_t seed) {
+std::unique_ptr<LabelledSource> task_sequences(const std::string& task, int maze_size,
+                                               int64_t count, uint64_t seed) {
   LOL_CHECK(count > 0, "the number of puzzles must be > 0, got ", count);
   return std::make_unique<TaskSequences>(tasks::parse_kind(task), maze_size, count, seed);
 }
@@ -115,24 +122,30 @@ json SequenceRoutes::to_json() const {
     j["router_only"] = w.router_only;
     windows_json.push_back(std::move(j));
   }
-  return {{"sequence", sequence}, {"label", label},          {"length", length},
-          {"prompt_len", prompt_len}, {"windows", windows_json}};
+  return {{"sequence", sequence},
+          {"label", label},
+          {"length", length},
+          {"prompt_len", prompt_len},
+          {"windows", windows_json}};
 }
 
 SequenceRoutes SequenceRoutes::from_json(const json& object) {
   LOL_CHECK(object.is_object(), "a sequence's routes must be a JSON object");
   SequenceRoutes s;
   s.sequence = integer_field(object, "sequence", "routes");
-  LOL_CHECK(object.contains("label") && object["label"].is_string(), "routes: \"label\" must be a string");
+  LOL_CHECK(object.contains("label") && object["label"].is_string(),
+            "routes: \"label\" must be a string");
   s.label = object["label"].get<std::string>();
   s.length = integer_field(object, "length", "routes");
   s.prompt_len = integer_field(object, "prompt_len", "routes");
-  LOL_CHECK(object.contains("windows") && object["windows"].is_array(), "routes: \"windows\" must be an array");
+  LOL_CHECK(object.contains("windows") && object["windows"].is_array(),
+            "routes: \"windows\" must be an array");
   for (const auto& w : object["windows"]) {
     WindowRoute route;
     route.route = RouteRecord::from_json(w);
     route.route.sequence = s.sequence;
-    LOL_CHECK(w.contains("prompt") && w["prompt"].is_boolean(), "routes: a window's \"prompt\" must be true or false");
+    LOL_CHECK(w.contains("prompt") && w["prompt"].is_boolean(),
+              "routes: a window's \"prompt\" must be true or false");
     route.prompt = w["prompt"].get<bool>();
     route.router_only = integer_field(w, "router_only", "routes: a window");
     s.windows.push_back(std::move(route));
@@ -141,20 +154,27 @@ SequenceRoutes SequenceRoutes::from_json(const json& object) {
 }
 
 json RouteFileHeader::to_json() const {
-  return {{"lol_routes", 1},        {"model", model},   {"source", source}, {"core_depth", core_depth},
-          {"library_size", library_size}, {"sequences", sequences}};
+  return {{"lol_routes", 1},
+          {"model", model},
+          {"source", source},
+          {"core_depth", core_depth},
+          {"library_size", library_size},
+          {"sequences", sequences}};
 }
 
 RouteFileHeader RouteFileHeader::from_json(const json& object) {
   LOL_CHECK(object.is_object() && object.contains("lol_routes") && object["lol_routes"] == 1,
             "not a route file (its first line must be a header with \"lol_routes\": 1)");
   RouteFileHeader h;
-  if (object.contains("model") && object["model"].is_string()) h.model = object["model"].get<std::string>();
-  if (object.contains("source") && object["source"].is_string()) h.source = object["source"].get<std::string>();
+  if (object.contains("model") && object["model"].is_string())
+    h.model = object["model"].get<std::string>();
+  if (object.contains("source") && object["source"].is_string())
+    h.source = object["source"].get<std::string>();
   h.core_depth = integer_field(object, "core_depth", "route file header");
   h.library_size = integer_field(object, "library_size", "route file header");
   h.sequences = integer_field(object, "sequences", "route file header");
-  LOL_CHECK(h.core_depth > 0 && h.library_size > 0, "route file header: core_depth and library_size must be > 0");
+  LOL_CHECK(h.core_depth > 0 && h.library_size > 0,
+            "route file header: core_depth and library_size must be > 0");
   return h;
 }
 
@@ -174,8 +194,9 @@ void extract_routes(LanguageModel& model, LabelledSource& source, const ExtractO
     while (static_cast<int64_t>(batch.size()) < options.batch_size) {
       auto item = source.next();
       if (!item) break;
-      LOL_CHECK(static_cast<int64_t>(item->sequence.tokens.size()) <= c.max_seq_len, source.describe(), ": sequence ",
-                done + static_cast<int64_t>(batch.size()), " has ", item->sequence.tokens.size(),
+      LOL_CHECK(static_cast<int64_t>(item->sequence.tokens.size()) <= c.max_seq_len,
+                source.describe(), ": sequence ", done + static_cast<int64_t>(batch.size()),
+                " has ", item->sequence.tokens.size(),
                 " tokens, more than the model's max_seq_len ", c.max_seq_len);
       batch.push_back(std::move(*item));
     }
@@ -197,7 +218,8 @@ void extract_routes(LanguageModel& model, LabelledSource& source, const ExtractO
         const auto& ro = batch[static_cast<size_t>(record.sequence)].sequence.router_only;
         WindowRoute w;
         w.prompt = s.prompt_len > 0 && record.window == 0;
-        for (int64_t p : ro) w.router_only += p >= record.position && p < record.position + record.length;
+        for (int64_t p : ro)
+          w.router_only += p >= record.position && p < record.position + record.length;
         record.sequence = s.sequence;
         w.route = std::move(record);
         s.windows.push_back(std::move(w));
@@ -208,38 +230,42 @@ void extract_routes(LanguageModel& model, LabelledSource& source, const ExtractO
   }
 }
 
-RouteFileHeader read_routes(std::istream& in, const std::string& name,
-                            const std::function<void(SequenceRoutes&&)>& sink) {
+RouteReader::RouteReader(std::istream& in, std::string name) : in_(in), name_(std::move(name)) {
   std::string line;
-  LOL_CHECK(std::getline(in, line), name, ": empty (a route file starts with its header line)");
-  const json header_json = json::parse(line, nullptr, false);
-  RouteFileHeader header;
+  LOL_CHECK(std::getline(in_, line), name_, ": empty (a route file starts with its header line)");
   try {
-    header = RouteFileHeader::from_json(header_json);
+    header_ = RouteFileHeader::from_json(json::parse(line, nullptr, false));
   } catch (const Error& e) {
-    fail(name, " line 1: ", e.what());
+    fail(name_, " line 1: ", e.what());
   }
-  for (int64_t number = 2; std::getline(in, line); ++number) {
+}
+
+std::optional<SequenceRoutes> RouteReader::next() {
+  std::string line;
+  while (std::getline(in_, line)) {
+    ++line_;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const json object = json::parse(line, nullptr, false);
-    LOL_CHECK(!object.is_discarded(), name, " line ", number, ": not valid JSON");
-    SequenceRoutes s;
+    LOL_CHECK(!object.is_discarded(), name_, " line ", line_, ": not valid JSON");
     try {
-      s = SequenceRoutes::from_json(object);
+      auto s = SequenceRoutes::from_json(object);
       for (const auto& w : s.windows) {
-        LOL_CHECK(w.route.depth >= 1 && w.route.depth <= header.core_depth, "depth ", w.route.depth,
-                  " is outside 1..", header.core_depth);
-        LOL_CHECK(static_cast<int64_t>(w.route.probs.size()) == header.library_size, "a window has ",
-                  w.route.probs.size(), " probabilities, the header's library has ", header.library_size);
-        LOL_CHECK(w.route.expert >= 0 && w.route.expert < header.library_size, "expert ", w.route.expert,
-                  " is outside the library");
+        LOL_CHECK(w.route.depth >= 1 && w.route.depth <= header_.core_depth, "depth ",
+                  w.route.depth, " is outside 1..", header_.core_depth);
+        LOL_CHECK(static_cast<int64_t>(w.route.probs.size()) == header_.library_size,
+                  "a window has ", w.route.probs.size(),
+                  " probabilities, the header's library has ", header_.library_size);
+        LOL_CHECK(w.route.expert >= 0 && w.route.expert < header_.library_size, "expert ",
+                  w.route.expert, " is outside the library");
+        LOL_CHECK(w.route.position >= 0 && w.route.window >= 0,
+                  "a window has a negative position or ordinal");
       }
+      return s;
     } catch (const Error& e) {
-      fail(name, " line ", number, ": ", e.what());
+      fail(name_, " line ", line_, ": ", e.what());
     }
-    sink(std::move(s));
   }
-  return header;
+  return std::nullopt;
 }
 
 }  // namespace lol

@@ -30,15 +30,16 @@ class LabelledSource {
 
 // Held-out task sequences: `count` puzzles of task:sudoku or task:maze[:size], each with all
 // five strategies, labelled with the strategy's name, the descriptor in place.
-std::unique_ptr<LabelledSource> task_sequences(const std::string& task, int maze_size, int64_t count, uint64_t seed);
+std::unique_ptr<LabelledSource> task_sequences(const std::string& task, int maze_size,
+                                               int64_t count, uint64_t seed);
 // A labelled set as a TSV file: `label<TAB>ids` per line (ids comma-separated). Throws
 // naming the line for a malformed one.
 std::unique_ptr<LabelledSource> tsv_sequences(const std::string& path, int64_t vocab_size);
 
 // One window's routing decision with what the analysis needs to know about the window.
 struct WindowRoute {
-  RouteRecord route;      // depth, window ordinal, position, length, expert, gate, probs, margin
-  bool prompt = false;    // the prompt window (ordinal 0 of a sequence with P > 0)
+  RouteRecord route;        // depth, window ordinal, position, length, expert, gate, probs, margin
+  bool prompt = false;      // the prompt window (ordinal 0 of a sequence with P > 0)
   int64_t router_only = 0;  // router-only tokens in the window
 };
 
@@ -70,9 +71,19 @@ struct ExtractOptions {
 void extract_routes(LanguageModel& model, LabelledSource& source, const ExtractOptions& options,
                     const std::function<void(SequenceRoutes&&)>& sink);
 
-// Reads a route file line by line: the header, then `sink` for each sequence. Throws naming the
-// line for a malformed one.
-RouteFileHeader read_routes(std::istream& in, const std::string& name,
-                            const std::function<void(SequenceRoutes&&)>& sink);
+// Reads a route file line by line (bounded memory): the header when constructed, then one
+// sequence per next(). Throws naming the line for a malformed one.
+class RouteReader {
+ public:
+  RouteReader(std::istream& in, std::string name);
+  const RouteFileHeader& header() const { return header_; }
+  std::optional<SequenceRoutes> next();  // none at the end of the file
+
+ private:
+  std::istream& in_;
+  std::string name_;
+  RouteFileHeader header_;
+  int64_t line_ = 1;
+};
 
 }  // namespace lol

@@ -1,0 +1,164 @@
+#include "analysis/stats.h"
+
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace lol {
+
+double expected_distinct_experts(int64_t library_size, int64_t depth) {
+  const double L = static_cast<double>(library_size);
+  return L * (1.0 - std::pow(1.0 - 1.0 / L, static_cast<double>(depth)));
+}
+
+RouteStatsBuilder::RouteStatsBuilder(int64_t core_depth, int64_t library_size)
+    : depth_(core_depth), library_(library_size) {
+  LOL_CHECK(core_depth > 0 && library_size > 0, "route statistics need core_depth and library_size > 0");
+  distinct_counts_.assign(static_cast<size_t>(std::min(core_depth, library_size)) + 1, 0);
+  margin_edges_ = {1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.2, 0.5, std::numeric_limits<double>::infinity()};
+  margin_counts_.assign(margin_edges_.size(), 0);
+}
+
+void RouteStatsBuilder::add(const SequenceRoutes& s) {
+  ++sequences_;
+  const auto L = static_cast<size_t>(library_);
+  for (const std::string& label : {std::string("*"), s.label}) {
+    auto& counts = window_counts_[label];
+    if (counts.empty()) counts.assign(static_cast<size_t>(depth_), std::vector<double>(L, 0.0));
+    for (const auto& w : s.windows) counts[static_cast<size_t>(w.route.depth - 1)][static_cast<size_t>(w.route.expert)] += 1;
+  }
+  auto& cells = cells_[s.label];
+  for (const auto& w : s.windows) {
+    auto& cell = cells[{w.route.depth, w.route.window}];
+    if (cell.first.empty()) {
+      cell.first.assign(L, 0.0);
+      cell.second.assign(L, 0);
+    }
+    for (size_t m = 0; m < L; ++m) cell.first[m] += w.route.probs[m];
+    ++cell.second[static_cast<size_t>(w.route.expert)];
+    size_t bin = 0;
+    while (bin + 1 < margin_edges_.size() && !(w.route.margin <= margin_edges_[bin])) ++bin;
+    ++margin_counts_[bin];
+  }
+  // Token paths: the expert of the window holding each token, at every depth.
+  if (s.length <= 0) return;
+  std::vector<int64_t> expert(static_cast<size_t>(depth_ * s.length), -1);
+  for (const auto& w : s.windows)
+    for (int64_t t = w.route.position; t < w.route.position + std::max<int64_t>(w.route.length, 0) && t < s.length; ++t)
+      expert[static_cast<size_t>((w.route.depth - 1) * s.length + t)] = w.route.expert;
+  std::vector<uint8_t> seen(L);
+  for (int64_t t = 0; t < s.length; ++t) {
+    std::fill(seen.begin(), seen.end(), 0);
+    int64_t distinct = 0;
+    bool complete = true;
+    for (int64_t l = 0; l < depth_; ++l) {
+      const int64_t e = expert[static_cast<size_t>(l * s.length + t)];
+      if (e < 0) {
+        complete = false;
+        break;
+      }
+      distinct += !seen[static_cast<size_t>(e)];
+      seen[static_cast<size_t>(e)] = 1;
+    }
+    if (!complete) continue;
+    ++token_paths_;
+    distinct_sum_ += static_cast<double>(distinct);
+    ++distinct_counts_[static_cast<size_t>(distinct)];
+  }
+}
+
+RouteStats RouteStatsBuilder::finish() const {
+  RouteStats r;
+  r.core_depth = depth_;
+  r.library_size = library_;
+  r.sequences = sequences_;
+  r.token_paths = token_paths_;
+  for (const auto& [label, counts] : window_counts_) {
+    auto& shares = r.utilisation[label];
+    for (const auto& row : counts) {
+      double total = 0;
+      for (double x : row) total += x;
+      std::vector<double> share;
+      for (double x : row) share.push_back(total > 0 ? x / total : 0.0);
+      shares.push_back(share);
+    }
+  }
+  if (token_paths_ > 0) {
+    const double n = static_cast<double>(token_paths_);
+    r.mean_distinct = distinct_sum_ / n;
+    r.mean_repeated = static_cast<double>(depth_) - r.mean_distinct;
+    r.mean_unused = static_cast<double>(library_) - r.mean_distinct;
+    for (size_t u = 1; u < distinct_counts_.size(); ++u) r.distinct_share.push_back(static_cast<double>(distinct_counts_[u]) / n);
+  }
+  r.expected_distinct = expected_distinct_experts(library_, depth_);
+  for (const auto& [label, cells] : cells_)
+    for (const auto& [key, cell] : cells) {
+      size_t mode = 0;
+      for (size_t m = 1; m < cell.first.size(); ++m)
+        if (cell.first[m] > cell.first[mode]) mode = m;
+      int64_t total = 0;
+      for (auto c : cell.second) total += c;
+      r.agreement[label][key] = total > 0 ? static_cast<double>(cell.second[mode]) / static_cast<double>(total) : 0.0;
+    }
+  r.margin_edges = margin_edges_;
+  r.margin_counts = margin_counts_;
+  return r;
+}
+
+json RouteStats::to_json() const {
+  json agreement_json = json::object();
+  for (const auto& [label, cells] : agreement) {
+    json list = json::array();
+    for (const auto& [key, share] : cells) list.push_back({{"depth", key.first}, {"window", key.second}, {"share", share}});
+    agreement_json[label] = list;
+  }
+  json edges = json::array();
+  for (double e : margin_edges) edges.push_back(std::isfinite(e) ? json(e) : json(nullptr));
+  return {{"core_depth", core_depth},
+          {"library_size", library_size},
+          {"sequences", sequences},
+          {"token_paths", token_paths},
+          {"utilisation", utilisation},
+          {"distinct_experts", {{"mean", mean_distinct},
+                                {"expected_uniform", expected_distinct},
+                                {"mean_repeated", mean_repeated},
+                                {"mean_unused", mean_unused},
+                                {"share_by_count", distinct_share}}},
+          {"mode_path_agreement", agreement_json},
+          {"margins", {{"upper_edges", edges}, {"counts", margin_counts}}}};
+}
+
+std::string RouteStats::to_text() const {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(3);
+  out << sequences << " sequences, " << token_paths << " token paths, D " << core_depth << ", L " << library_size << "\n";
+  out << "distinct experts per path U " << mean_distinct << " (independent uniform: " << expected_distinct
+      << "), repeated " << mean_repeated << ", unused " << mean_unused << "\n";
+  out << "utilisation per depth (all labels):\n";
+  const auto& all = utilisation.at("*");
+  for (size_t l = 0; l < all.size(); ++l) {
+    out << "  depth " << l + 1 << ":";
+    for (double x : all[l]) out << " " << x;
+    out << "\n";
+  }
+  out << "agreement with the label's mode path, mean over cells:\n";
+  for (const auto& [label, cells] : agreement) {
+    double sum = 0;
+    for (const auto& [key, share] : cells) sum += share;
+    out << "  " << label << " " << (cells.empty() ? 0.0 : sum / static_cast<double>(cells.size())) << "\n";
+  }
+  out << "margins (top-2 of p + b):";
+  int64_t total = 0;
+  for (auto c : margin_counts) total += c;
+  for (size_t i = 0; i < margin_edges.size(); ++i) {
+    out << " " << (std::isfinite(margin_edges[i]) ? "<=" + std::to_string(margin_edges[i]).substr(0, 6) : "more") << ":"
+        << (total > 0 ? static_cast<double>(margin_counts[i]) / static_cast<double>(total) : 0.0);
+  }
+  out << "\n";
+  return out.str();
+}
+
+}  // namespace lol

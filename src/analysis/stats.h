@@ -1,0 +1,57 @@
+#pragma once
+// Statistics of the routes of a labelled set (docs/analysis.md): expert utilisation per depth,
+// distinct experts per token path against the independent-uniform null, agreement of routes
+// with each label's mode path, and the distribution of routing margins.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "analysis/routes.h"
+
+namespace lol {
+
+// E[U] for D independent uniform choices among L experts: L (1 - (1 - 1/L)^D).
+double expected_distinct_experts(int64_t library_size, int64_t depth);
+
+struct RouteStats {
+  int64_t core_depth = 0, library_size = 0, sequences = 0, token_paths = 0;
+  // Share of windows choosing each expert at each depth, [depth - 1][expert], per label ("*":
+  // all labels together).
+  std::map<std::string, std::vector<std::vector<double>>> utilisation;
+  // Token paths: the experts of the windows holding a token, depth 1..D.
+  double mean_distinct = 0;     // U, distinct experts per path
+  double expected_distinct = 0;  // E[U] of the independent-uniform null
+  double mean_repeated = 0;     // D - U: depths re-using an expert already on the path
+  double mean_unused = 0;       // L - U: library experts the path never visits
+  std::vector<double> distinct_share;  // share of paths with U = 1, 2, ..., min(L, D)
+  // Per label and (depth, ordinal): the share of its sequences whose route there is the label's
+  // mode-path expert (the expert of highest mean probability).
+  std::map<std::string, std::map<std::pair<int64_t, int64_t>, double>> agreement;
+  // Top-2 margins of p + b, in bins with upper edges `margin_edges` (the last is +inf).
+  std::vector<double> margin_edges;
+  std::vector<int64_t> margin_counts;
+
+  json to_json() const;
+  std::string to_text() const;
+};
+
+class RouteStatsBuilder {
+ public:
+  RouteStatsBuilder(int64_t core_depth, int64_t library_size);
+  void add(const SequenceRoutes& routes);
+  RouteStats finish() const;
+
+ private:
+  int64_t depth_, library_;
+  int64_t sequences_ = 0, token_paths_ = 0;
+  double distinct_sum_ = 0;
+  std::vector<int64_t> distinct_counts_;
+  std::map<std::string, std::vector<std::vector<double>>> window_counts_;  // label -> [depth][expert]
+  // label -> (depth, ordinal) -> per expert: probability sum and route count
+  std::map<std::string, std::map<std::pair<int64_t, int64_t>, std::pair<std::vector<double>, std::vector<int64_t>>>>
+      cells_;
+  std::vector<double> margin_edges_;
+  std::vector<int64_t> margin_counts_;
+};
+
+}  // namespace lol
