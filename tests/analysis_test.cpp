@@ -1,8 +1,10 @@
 // Route extraction and mode paths (docs/analysis.md).
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "analysis/paths.h"
+#include "analysis/probes.h"
 #include "analysis/routes.h"
 #include "analysis/stats.h"
 #include "helpers.h"
@@ -35,8 +37,8 @@ std::vector<SequenceRoutes> planted_routes(
           for (int64_t m = 0; m < library; ++m)
             total += p[m] = noise(rng) + (m == favourite ? 0.6 : 0.0);
           for (auto& x : p) x /= total;
-          w.route.probs = p;
           w.route.expert = std::max_element(p.begin(), p.end()) - p.begin();
+          w.route.probs = std::move(p);
           s.windows.push_back(w);
         }
       out.push_back(s);
@@ -150,6 +152,73 @@ TEST(RouteStats, DistinctExpertsFollowTheUniformNullAndPlantedPaths) {
   EXPECT_DOUBLE_EQ(stats.distinct_share[1], 1.0);
   for (const auto& [key, share] : stats.agreement.at("x")) EXPECT_DOUBLE_EQ(share, 1.0);
   EXPECT_DOUBLE_EQ(stats.utilisation.at("x")[0][1], 1.0);  // depth 1 uses expert 1
+}
+
+TEST(Probes, RidgeAndAurocAgreeWithTheTextbookComputation) {
+  // Ridge with an intercept on a fixed 6 x 2 set: centre X and y, solve the 2 x 2 normal
+  // equations by Cramer's rule, b = mean(y) - mean(x) . w.
+  const std::vector<double> x = {1.0, 2.0, 2.0, 0.5, 3.0, -1.0, 4.0, 3.5, 5.0, 1.0, 6.0, -2.0};
+  const std::vector<double> y = {1.5, 0.7, -0.2, 2.9, 0.4, -1.8};
+  const double lambda = 0.7;
+  double mx0 = 0, mx1 = 0, my = 0;
+  for (int r = 0; r < 6; ++r) {
+    mx0 += x[2 * r] / 6;
+    mx1 += x[2 * r + 1] / 6;
+    my += y[r] / 6;
+  }
+  double a00 = lambda, a01 = 0, a11 = lambda, b0 = 0, b1 = 0;
+  for (int r = 0; r < 6; ++r) {
+    const double u = x[2 * r] - mx0, v = x[2 * r + 1] - mx1, t = y[r] - my;
+    a00 += u * u;
+    a01 += u * v;
+    a11 += v * v;
+    b0 += u * t;
+    b1 += v * t;
+  }
+  const double det = a00 * a11 - a01 * a01;
+  const double w0 = (b0 * a11 - a01 * b1) / det, w1 = (a00 * b1 - a01 * b0) / det;
+  const auto model = ridge_fit(x, 2, y, lambda);
+  ASSERT_EQ(model.size(), 3u);
+  EXPECT_NEAR(model[1], w0, 1e-9);
+  EXPECT_NEAR(model[2], w1, 1e-9);
+  EXPECT_NEAR(model[0], my - mx0 * w0 - mx1 * w1, 1e-9);
+  // AUROC as the share of (positive, negative) pairs ordered right, ties counting one half.
+  const std::vector<double> scores = {0.9, 0.3, 0.3, 0.7, 0.1, 0.3, 0.8, 0.5};
+  const std::vector<uint8_t> positive = {1, 0, 1, 1, 0, 0, 1, 0};
+  double pairs = 0, right = 0;
+  for (size_t i = 0; i < scores.size(); ++i)
+    for (size_t j = 0; j < scores.size(); ++j)
+      if (positive[i] && !positive[j]) {
+        pairs += 1;
+        right += scores[i] > scores[j] ? 1.0 : scores[i] == scores[j] ? 0.5 : 0.0;
+      }
+  EXPECT_NEAR(auroc(scores, positive), right / pairs, 1e-12);
+  EXPECT_TRUE(std::isnan(auroc({0.1, 0.2}, {1, 1})));  // no negatives
+}
+
+TEST(Probes, PlantedLabelsAreReadAndTheShuffledControlIsChance) {
+  std::mt19937 rng(23);
+  const auto routes =
+      planted_routes(rng, {{"bfs", {0, 3, 1}}, {"dfs", {2, 2, 5}}, {"astar", {4, 1, 0}}}, 4, 6, 40);
+  ProbeData data(4, 6);
+  for (const auto& r : routes) data.add(r);
+  ProbeOptions options;
+  options.shuffles = 20;
+  for (const char* level : {"window", "sequence"}) {
+    const auto result = data.run(level, options);
+    EXPECT_GT(result.auroc, 0.95) << level;
+    EXPECT_EQ(result.auroc_per_label.size(), 3u);
+    EXPECT_NEAR(result.shuffled_mean, 0.5, 0.08) << level;
+    EXPECT_LT(result.shuffled_max, 0.75) << level;
+  }
+  int64_t ordinals = 0;  // one window-level sample per (sequence, window ordinal)
+  for (const auto& r : routes) {
+    std::set<int64_t> seen;
+    for (const auto& w : r.windows) seen.insert(w.route.window);
+    ordinals += static_cast<int64_t>(seen.size());
+  }
+  EXPECT_EQ(data.run("window", options).samples, ordinals);
+  EXPECT_THROW(data.run("token", options), Error);
 }
 
 TEST(Routes, ExtractionRecordsTheForwardPassRoutesAndRoundTrips) {

@@ -112,6 +112,10 @@ expect_ok "route tsv" "$lol" route --model "$dir/run" --data "$dir/set.tsv" --ou
 expect_ok "path extract" "$lol" path extract "$dir/routes.jsonl" --out "$dir/paths"
 expect_ok "path stats" "$lol" path stats "$dir/routes.jsonl" --json "$dir/stats.json"
 grep -q '"expected_uniform"' "$dir/stats.json" && pass "stats json" || failed "stats json lacks expected_uniform"
+expect_ok "path probe" "$lol" path probe "$dir/routes.jsonl" --folds 2 --shuffles 3 --json "$dir/probes.json"
+printf 'fr\t1,2,3,4\nfr\t5,6,7\n' >"$dir/one_label.tsv"
+"$lol" route --model "$dir/run" --data "$dir/one_label.tsv" --out "$dir/one_label.jsonl" 2>/dev/null
+expect_error "probe one label" "at least two labels" "$lol" path probe "$dir/one_label.jsonl" --folds 2
 expect_ok "forward with a mode path" "$lol" forward --model "$dir/run" --tokens 1,2,3 --force "$dir/paths/bfs.json" --out "$dir/x.json"
 printf 'fr\t1,oops\n' >"$dir/bad.tsv"
 expect_error "route bad tsv" "bad.tsv line 1: 'oops' is not a token id" "$lol" route --model "$dir/run" --data "$dir/bad.tsv" --out "$dir/failed_routes.jsonl"

@@ -42,6 +42,7 @@ check "untrained model written" '[ -f runs/untrained/model.safetensors ]'
 check "routes of every strategy" '[ "$(grep -c "\"label\"" routes.jsonl)" -eq 15 ]'
 check "a mode path per strategy" '[ "$(ls paths | wc -l)" -eq 5 ] && grep -q "\"count\"" paths/bfs.json'
 check "route statistics" 'grep -q "expected_uniform" route_stats.json'
+check "probes" 'grep -q "shuffled_mean" probes.json'
 check "forced generation on fillers" '[ "$(wc -l <forced_bfs.txt)" -eq "$(wc -l <fillers.txt)" ]'
 if [ "$failures" -ne 0 ]; then echo "$failures README checks failed"; exit 1; fi
 echo "the README runs as written"

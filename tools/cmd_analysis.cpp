@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "analysis/paths.h"
+#include "analysis/probes.h"
 #include "analysis/routes.h"
 #include "analysis/stats.h"
 #include "commands.h"
@@ -121,6 +122,41 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
     LOL_CHECK(result.sequences > 0, so->routes, ": holds no sequence");
     std::cout << result.to_text();
     if (!so->json_out.empty()) write_file_atomic(so->json_out, result.to_json().dump(2) + "\n");
+  });
+
+  struct ProbeOpts {
+    std::string routes, json_out;
+    ProbeOptions probe;
+  };
+  auto po = std::make_shared<ProbeOpts>();
+  auto* probe = path->add_subcommand("probe",
+                                     "ridge probes of the label on router probabilities (window "
+                                     "and sequence level), cross-validated AUROC");
+  probe->add_option("routes", po->routes, "route file written by lol route")->required();
+  probe->add_option("--folds", po->probe.folds, "cross-validation folds (split by sequence)")
+      ->capture_default_str()
+      ->check(at_least(2));
+  probe->add_option("--shuffles", po->probe.shuffles, "label permutations for the chance control")
+      ->capture_default_str()
+      ->check(at_least(0));
+  probe->add_option("--lambda", po->probe.lambda, "ridge penalty")->capture_default_str();
+  probe->add_option("--seed", po->probe.seed, "fold and permutation seed")->capture_default_str();
+  probe->add_option("--json", po->json_out, "also write the results as JSON to this file");
+  commands.emplace_back(probe, [po] {
+    std::ifstream in(po->routes);
+    LOL_CHECK(in.good(), po->routes, ": cannot open");
+    RouteReader reader(in, po->routes);
+    ProbeData data(reader.header().core_depth, reader.header().library_size);
+    while (auto s = reader.next()) data.add(*s);
+    json out = json::array();
+    for (const char* level : {"window", "sequence"}) {
+      const auto r = data.run(level, po->probe);
+      std::cout << level << " level: AUROC " << r.auroc << " (" << r.samples << " samples, "
+                << r.features << " features); labels shuffled: mean " << r.shuffled_mean << ", max "
+                << r.shuffled_max << "\n";
+      out.push_back(r.to_json());
+    }
+    if (!po->json_out.empty()) write_file_atomic(po->json_out, out.dump(2) + "\n");
   });
 }
 

@@ -16,7 +16,8 @@ double expected_distinct_experts(int64_t library_size, int64_t depth) {
 
 RouteStatsBuilder::RouteStatsBuilder(int64_t core_depth, int64_t library_size)
     : depth_(core_depth), library_(library_size) {
-  LOL_CHECK(core_depth > 0 && library_size > 0, "route statistics need core_depth and library_size > 0");
+  LOL_CHECK(core_depth > 0 && library_size > 0,
+            "route statistics need core_depth and library_size > 0");
   distinct_counts_.assign(static_cast<size_t>(std::min(core_depth, library_size)) + 1, 0);
   margin_edges_ = {1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.2, 0.5, std::numeric_limits<double>::infinity()};
   margin_counts_.assign(margin_edges_.size(), 0);
@@ -28,7 +29,8 @@ void RouteStatsBuilder::add(const SequenceRoutes& s) {
   for (const std::string& label : {std::string("*"), s.label}) {
     auto& counts = window_counts_[label];
     if (counts.empty()) counts.assign(static_cast<size_t>(depth_), std::vector<double>(L, 0.0));
-    for (const auto& w : s.windows) counts[static_cast<size_t>(w.route.depth - 1)][static_cast<size_t>(w.route.expert)] += 1;
+    for (const auto& w : s.windows)
+      counts[static_cast<size_t>(w.route.depth - 1)][static_cast<size_t>(w.route.expert)] += 1;
   }
   auto& cells = cells_[s.label];
   for (const auto& w : s.windows) {
@@ -47,7 +49,8 @@ void RouteStatsBuilder::add(const SequenceRoutes& s) {
   if (s.length <= 0) return;
   std::vector<int64_t> expert(static_cast<size_t>(depth_ * s.length), -1);
   for (const auto& w : s.windows)
-    for (int64_t t = w.route.position; t < w.route.position + std::max<int64_t>(w.route.length, 0) && t < s.length; ++t)
+    for (int64_t t = w.route.position;
+         t < w.route.position + std::max<int64_t>(w.route.length, 0) && t < s.length; ++t)
       expert[static_cast<size_t>((w.route.depth - 1) * s.length + t)] = w.route.expert;
   std::vector<uint8_t> seen(L);
   for (int64_t t = 0; t < s.length; ++t) {
@@ -91,7 +94,8 @@ RouteStats RouteStatsBuilder::finish() const {
     r.mean_distinct = distinct_sum_ / n;
     r.mean_repeated = static_cast<double>(depth_) - r.mean_distinct;
     r.mean_unused = static_cast<double>(library_) - r.mean_distinct;
-    for (size_t u = 1; u < distinct_counts_.size(); ++u) r.distinct_share.push_back(static_cast<double>(distinct_counts_[u]) / n);
+    for (size_t u = 1; u < distinct_counts_.size(); ++u)
+      r.distinct_share.push_back(static_cast<double>(distinct_counts_[u]) / n);
   }
   r.expected_distinct = expected_distinct_experts(library_, depth_);
   for (const auto& [label, cells] : cells_)
@@ -101,7 +105,8 @@ RouteStats RouteStatsBuilder::finish() const {
         if (cell.first[m] > cell.first[mode]) mode = m;
       int64_t total = 0;
       for (auto c : cell.second) total += c;
-      r.agreement[label][key] = total > 0 ? static_cast<double>(cell.second[mode]) / static_cast<double>(total) : 0.0;
+      r.agreement[label][key] =
+          total > 0 ? static_cast<double>(cell.second[mode]) / static_cast<double>(total) : 0.0;
     }
   r.margin_edges = margin_edges_;
   r.margin_counts = margin_counts_;
@@ -112,7 +117,8 @@ json RouteStats::to_json() const {
   json agreement_json = json::object();
   for (const auto& [label, cells] : agreement) {
     json list = json::array();
-    for (const auto& [key, share] : cells) list.push_back({{"depth", key.first}, {"window", key.second}, {"share", share}});
+    for (const auto& [key, share] : cells)
+      list.push_back({{"depth", key.first}, {"window", key.second}, {"share", share}});
     agreement_json[label] = list;
   }
   json edges = json::array();
@@ -122,11 +128,12 @@ json RouteStats::to_json() const {
           {"sequences", sequences},
           {"token_paths", token_paths},
           {"utilisation", utilisation},
-          {"distinct_experts", {{"mean", mean_distinct},
-                                {"expected_uniform", expected_distinct},
-                                {"mean_repeated", mean_repeated},
-                                {"mean_unused", mean_unused},
-                                {"share_by_count", distinct_share}}},
+          {"distinct_experts",
+           {{"mean", mean_distinct},
+            {"expected_uniform", expected_distinct},
+            {"mean_repeated", mean_repeated},
+            {"mean_unused", mean_unused},
+            {"share_by_count", distinct_share}}},
           {"mode_path_agreement", agreement_json},
           {"margins", {{"upper_edges", edges}, {"counts", margin_counts}}}};
 }
@@ -134,9 +141,11 @@ json RouteStats::to_json() const {
 std::string RouteStats::to_text() const {
   std::ostringstream out;
   out << std::fixed << std::setprecision(3);
-  out << sequences << " sequences, " << token_paths << " token paths, D " << core_depth << ", L " << library_size << "\n";
-  out << "distinct experts per path U " << mean_distinct << " (independent uniform: " << expected_distinct
-      << "), repeated " << mean_repeated << ", unused " << mean_unused << "\n";
+  out << sequences << " sequences, " << token_paths << " token paths, D " << core_depth << ", L "
+      << library_size << "\n";
+  out << "distinct experts per path U " << mean_distinct
+      << " (independent uniform: " << expected_distinct << "), repeated " << mean_repeated
+      << ", unused " << mean_unused << "\n";
   out << "utilisation per depth (all labels):\n";
   const auto& all = utilisation.at("*");
   for (size_t l = 0; l < all.size(); ++l) {
@@ -148,13 +157,17 @@ std::string RouteStats::to_text() const {
   for (const auto& [label, cells] : agreement) {
     double sum = 0;
     for (const auto& [key, share] : cells) sum += share;
-    out << "  " << label << " " << (cells.empty() ? 0.0 : sum / static_cast<double>(cells.size())) << "\n";
+    out << "  " << label << " " << (cells.empty() ? 0.0 : sum / static_cast<double>(cells.size()))
+        << "\n";
   }
   out << "margins (top-2 of p + b):";
   int64_t total = 0;
   for (auto c : margin_counts) total += c;
   for (size_t i = 0; i < margin_edges.size(); ++i) {
-    out << " " << (std::isfinite(margin_edges[i]) ? "<=" + std::to_string(margin_edges[i]).substr(0, 6) : "more") << ":"
+    out << " "
+        << (std::isfinite(margin_edges[i]) ? "<=" + std::to_string(margin_edges[i]).substr(0, 6)
+                                           : "more")
+        << ":"
         << (total > 0 ? static_cast<double>(margin_counts[i]) / static_cast<double>(total) : 0.0);
   }
   out << "\n";

@@ -19,10 +19,10 @@ struct RouteStats {
   // all labels together).
   std::map<std::string, std::vector<std::vector<double>>> utilisation;
   // Token paths: the experts of the windows holding a token, depth 1..D.
-  double mean_distinct = 0;     // U, distinct experts per path
-  double expected_distinct = 0;  // E[U] of the independent-uniform null
-  double mean_repeated = 0;     // D - U: depths re-using an expert already on the path
-  double mean_unused = 0;       // L - U: library experts the path never visits
+  double mean_distinct = 0;            // U, distinct experts per path
+  double expected_distinct = 0;        // E[U] of the independent-uniform null
+  double mean_repeated = 0;            // D - U: depths re-using an expert already on the path
+  double mean_unused = 0;              // L - U: library experts the path never visits
   std::vector<double> distinct_share;  // share of paths with U = 1, 2, ..., min(L, D)
   // Per label and (depth, ordinal): the share of its sequences whose route there is the label's
   // mode-path expert (the expert of highest mean probability).
@@ -46,9 +46,11 @@ class RouteStatsBuilder {
   int64_t sequences_ = 0, token_paths_ = 0;
   double distinct_sum_ = 0;
   std::vector<int64_t> distinct_counts_;
-  std::map<std::string, std::vector<std::vector<double>>> window_counts_;  // label -> [depth][expert]
+  std::map<std::string, std::vector<std::vector<double>>>
+      window_counts_;  // label -> [depth][expert]
   // label -> (depth, ordinal) -> per expert: probability sum and route count
-  std::map<std::string, std::map<std::pair<int64_t, int64_t>, std::pair<std::vector<double>, std::vector<int64_t>>>>
+  std::map<std::string, std::map<std::pair<int64_t, int64_t>,
+                                 std::pair<std::vector<double>, std::vector<int64_t>>>>
       cells_;
   std::vector<double> margin_edges_;
   std::vector<int64_t> margin_counts_;
