@@ -350,6 +350,11 @@ struct ResumeCase {
   TrainConfig train;
 };
 
+// gtest prints a parameter's bytes unless told otherwise: print the case's name.
+void PrintTo(const ResumeCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
 std::vector<ResumeCase> resume_cases() {
   auto preset = [](const std::string& name, std::vector<std::string> overrides = {}) {
     return load_model_config(name, overrides);

@@ -1,6 +1,7 @@
 // lol route | path extract: read the routes a model takes over labelled sequences, and the mode
 // path of each label (docs/analysis.md).
 #include <fstream>
+#include <functional>
 #include <iostream>
 
 #include "analysis/paths.h"
@@ -66,6 +67,22 @@ void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   });
 }
 
+namespace {
+// Reads the route file at `path` line by line: `begin` sees its header, `visit` each sequence.
+// A file without a sequence is an error.
+void read_route_file(const std::string& path,
+                     const std::function<void(const RouteFileHeader&)>& begin,
+                     const std::function<void(const SequenceRoutes&)>& visit) {
+  std::ifstream in(path);
+  LOL_CHECK(in.good(), path, ": cannot open");
+  RouteReader reader(in, path);
+  begin(reader.header());
+  int64_t count = 0;
+  for (; auto s = reader.next(); ++count) visit(*s);
+  LOL_CHECK(count > 0, path, ": holds no sequence");
+}
+}  // namespace
+
 void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
   auto* path = app.add_subcommand("path", "mode paths of labelled routes");
   path->require_subcommand(1);
@@ -79,14 +96,12 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
   extract->add_option("routes", o->routes, "route file written by lol route")->required();
   extract->add_option("--out", o->out, "directory for LABEL.json files")->required();
   commands.emplace_back(extract, [o] {
-    std::ifstream in(o->routes);
-    LOL_CHECK(in.good(), o->routes, ": cannot open");
-    RouteReader reader(in, o->routes);
+    RouteFileHeader header;
     ModePathBuilder builder;
-    while (auto s = reader.next()) builder.add(*s);
-    const auto& header = reader.header();
+    read_route_file(
+        o->routes, [&](const RouteFileHeader& h) { header = h; },
+        [&](const SequenceRoutes& s) { builder.add(s); });
     const auto paths = builder.paths();
-    LOL_CHECK(!paths.empty(), o->routes, ": holds no sequence");
     make_directories(o->out);
     std::cout << "mode paths of " << header.sequences << " sequences (" << header.source
               << "), experts per depth at window 1:\n";
@@ -113,13 +128,14 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
   stats->add_option("routes", so->routes, "route file written by lol route")->required();
   stats->add_option("--json", so->json_out, "also write every statistic as JSON to this file");
   commands.emplace_back(stats, [so] {
-    std::ifstream in(so->routes);
-    LOL_CHECK(in.good(), so->routes, ": cannot open");
-    RouteReader reader(in, so->routes);
-    RouteStatsBuilder builder(reader.header().core_depth, reader.header().library_size);
-    while (auto s = reader.next()) builder.add(*s);
-    const auto result = builder.finish();
-    LOL_CHECK(result.sequences > 0, so->routes, ": holds no sequence");
+    std::unique_ptr<RouteStatsBuilder> builder;
+    read_route_file(
+        so->routes,
+        [&](const RouteFileHeader& h) {
+          builder = std::make_unique<RouteStatsBuilder>(h.core_depth, h.library_size);
+        },
+        [&](const SequenceRoutes& s) { builder->add(s); });
+    const auto result = builder->finish();
     std::cout << result.to_text();
     if (!so->json_out.empty()) write_file_atomic(so->json_out, result.to_json().dump(2) + "\n");
   });
@@ -143,14 +159,16 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
   probe->add_option("--seed", po->probe.seed, "fold and permutation seed")->capture_default_str();
   probe->add_option("--json", po->json_out, "also write the results as JSON to this file");
   commands.emplace_back(probe, [po] {
-    std::ifstream in(po->routes);
-    LOL_CHECK(in.good(), po->routes, ": cannot open");
-    RouteReader reader(in, po->routes);
-    ProbeData data(reader.header().core_depth, reader.header().library_size);
-    while (auto s = reader.next()) data.add(*s);
+    std::unique_ptr<ProbeData> data;
+    read_route_file(
+        po->routes,
+        [&](const RouteFileHeader& h) {
+          data = std::make_unique<ProbeData>(h.core_depth, h.library_size);
+        },
+        [&](const SequenceRoutes& s) { data->add(s); });
     json out = json::array();
     for (const char* level : {"window", "sequence"}) {
-      const auto r = data.run(level, po->probe);
+      const auto r = data->run(level, po->probe);
       std::cout << level << " level: AUROC " << r.auroc << " (" << r.samples << " samples, "
                 << r.features << " features); labels shuffled: mean " << r.shuffled_mean << ", max "
                 << r.shuffled_max << "\n";

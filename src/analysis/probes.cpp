@@ -44,7 +44,8 @@ void add_gram(std::vector<double>& gram, const double* x, int64_t c) {
 }
 
 // Ridge from an augmented Gram matrix and X^T y: the intercept (index 0) is not penalised.
-std::vector<double> ridge_from_gram(std::vector<double> gram, std::vector<double> xty, int64_t c, double lambda) {
+std::vector<double> ridge_from_gram(std::vector<double> gram, std::vector<double> xty, int64_t c,
+                                    double lambda) {
   const int64_t n = c + 1;
   for (int64_t i = 1; i < n; ++i) gram[i * n + i] += lambda;
   return solve_spd(std::move(gram), std::move(xty), n);
@@ -53,7 +54,8 @@ std::vector<double> ridge_from_gram(std::vector<double> gram, std::vector<double
 }  // namespace
 
 double auroc(const std::vector<double>& scores, const std::vector<uint8_t>& positive) {
-  LOL_CHECK(scores.size() == positive.size(), "auroc: ", scores.size(), " scores for ", positive.size(), " labels");
+  LOL_CHECK(scores.size() == positive.size(), "auroc: ", scores.size(), " scores for ",
+            positive.size(), " labels");
   std::vector<size_t> order(scores.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] < scores[b]; });
@@ -62,7 +64,8 @@ double auroc(const std::vector<double>& scores, const std::vector<uint8_t>& posi
   for (size_t i = 0; i < order.size();) {
     size_t j = i;
     while (j < order.size() && scores[order[j]] == scores[order[i]]) ++j;
-    const double mean_rank = (static_cast<double>(i) + static_cast<double>(j) + 1) / 2;  // 1-based ranks i+1..j
+    const double mean_rank =
+        (static_cast<double>(i) + static_cast<double>(j) + 1) / 2;  // 1-based ranks i+1..j
     for (size_t k = i; k < j; ++k)
       if (positive[order[k]]) {
         positive_rank_sum += mean_rank;
@@ -76,10 +79,11 @@ double auroc(const std::vector<double>& scores, const std::vector<uint8_t>& posi
   return (positive_rank_sum - p * (p + 1) / 2) / (p * static_cast<double>(negatives));
 }
 
-std::vector<double> ridge_fit(const std::vector<double>& x, int64_t columns, const std::vector<double>& y,
-                              double lambda) {
-  LOL_CHECK(columns > 0 && static_cast<int64_t>(x.size()) == columns * static_cast<int64_t>(y.size()),
-            "ridge: X must be rows x columns with one target per row");
+std::vector<double> ridge_fit(const std::vector<double>& x, int64_t columns,
+                              const std::vector<double>& y, double lambda) {
+  LOL_CHECK(
+      columns > 0 && static_cast<int64_t>(x.size()) == columns * static_cast<int64_t>(y.size()),
+      "ridge: X must be rows x columns with one target per row");
   LOL_CHECK(lambda > 0 && std::isfinite(lambda), "ridge: lambda must be > 0, got ", lambda);
   const int64_t n = columns + 1;
   std::vector<double> gram(static_cast<size_t>(n * n), 0.0), xty(static_cast<size_t>(n), 0.0);
@@ -111,7 +115,8 @@ json ProbeResult::to_json() const {
           {"shuffled_max", number(shuffled_max)}};
 }
 
-ProbeData::ProbeData(int64_t core_depth, int64_t library_size) : depth_(core_depth), library_(library_size) {}
+ProbeData::ProbeData(int64_t core_depth, int64_t library_size)
+    : depth_(core_depth), library_(library_size) {}
 
 void ProbeData::add(const SequenceRoutes& s) {
   const int64_t sequence = static_cast<int64_t>(labels_.size());
@@ -122,16 +127,19 @@ void ProbeData::add(const SequenceRoutes& s) {
   std::map<int64_t, std::vector<double>> by_ordinal;  // ordinal -> D x L probabilities
   for (const auto& w : s.windows) {
     const size_t base = static_cast<size_t>((w.route.depth - 1) * library_);
-    for (int64_t m = 0; m < library_; ++m) mean[base + static_cast<size_t>(m)] += w.route.probs[static_cast<size_t>(m)];
+    for (int64_t m = 0; m < library_; ++m)
+      mean[base + static_cast<size_t>(m)] += w.route.probs[static_cast<size_t>(m)];
     ++windows_per_depth[static_cast<size_t>(w.route.depth - 1)];
     auto& f = by_ordinal[w.route.window];
     if (f.empty()) f.assign(width, 0.0);
-    for (int64_t m = 0; m < library_; ++m) f[base + static_cast<size_t>(m)] = w.route.probs[static_cast<size_t>(m)];
+    for (int64_t m = 0; m < library_; ++m)
+      f[base + static_cast<size_t>(m)] = w.route.probs[static_cast<size_t>(m)];
   }
   for (int64_t l = 0; l < depth_; ++l)
     for (int64_t m = 0; m < library_; ++m)
       if (windows_per_depth[static_cast<size_t>(l)] > 0)
-        mean[static_cast<size_t>(l * library_ + m)] /= static_cast<double>(windows_per_depth[static_cast<size_t>(l)]);
+        mean[static_cast<size_t>(l * library_ + m)] /=
+            static_cast<double>(windows_per_depth[static_cast<size_t>(l)]);
   sequence_features_.push_back(std::move(mean));
   for (auto& [ordinal, f] : by_ordinal) {
     window_features_.push_back(std::move(f));
@@ -140,11 +148,12 @@ void ProbeData::add(const SequenceRoutes& s) {
 }
 
 ProbeResult ProbeData::run(const std::string& level, const ProbeOptions& o) const {
-  LOL_CHECK(level == "window" || level == "sequence", "probe level must be window or sequence, got '", level, "'");
+  LOL_CHECK(level == "window" || level == "sequence",
+            "probe level must be window or sequence, got '", level, "'");
   LOL_CHECK(o.folds >= 2, "probes need at least 2 folds, got ", o.folds);
   const int64_t n_sequences = sequences();
-  LOL_CHECK(n_sequences >= o.folds, "probes need at least as many sequences (", n_sequences, ") as folds (", o.folds,
-            ")");
+  LOL_CHECK(n_sequences >= o.folds, "probes need at least as many sequences (", n_sequences,
+            ") as folds (", o.folds, ")");
   std::vector<std::string> names = labels_;
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());
@@ -152,7 +161,9 @@ ProbeResult ProbeData::run(const std::string& level, const ProbeOptions& o) cons
   const bool windows = level == "window";
   const auto& features = windows ? window_features_ : sequence_features_;
   const int64_t columns = depth_ * library_, rows = static_cast<int64_t>(features.size());
-  auto sequence_of = [&](int64_t r) { return windows ? window_sequence_[static_cast<size_t>(r)] : r; };
+  auto sequence_of = [&](int64_t r) {
+    return windows ? window_sequence_[static_cast<size_t>(r)] : r;
+  };
 
   // Folds by sequence, stratified by label (each label dealt round-robin over the folds in a
   // seeded order); one Gram matrix per fold (X does not change when the labels are shuffled,
@@ -165,9 +176,11 @@ ProbeResult ProbeData::run(const std::string& level, const ProbeOptions& o) cons
     return labels_[static_cast<size_t>(a)] < labels_[static_cast<size_t>(b)];
   });
   std::vector<int64_t> fold_of_sequence(static_cast<size_t>(n_sequences));
-  for (int64_t i = 0; i < n_sequences; ++i) fold_of_sequence[static_cast<size_t>(order[static_cast<size_t>(i)])] = i % o.folds;
+  for (int64_t i = 0; i < n_sequences; ++i)
+    fold_of_sequence[static_cast<size_t>(order[static_cast<size_t>(i)])] = i % o.folds;
   const int64_t n = columns + 1;
-  std::vector<std::vector<double>> fold_gram(static_cast<size_t>(o.folds), std::vector<double>(static_cast<size_t>(n * n), 0.0));
+  std::vector<std::vector<double>> fold_gram(static_cast<size_t>(o.folds),
+                                             std::vector<double>(static_cast<size_t>(n * n), 0.0));
   std::vector<double> total_gram(static_cast<size_t>(n * n), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     add_gram(fold_gram[static_cast<size_t>(fold_of_sequence[static_cast<size_t>(sequence_of(r))])],
@@ -177,19 +190,24 @@ ProbeResult ProbeData::run(const std::string& level, const ProbeOptions& o) cons
     for (size_t i = 0; i < g.size(); ++i) total_gram[i] += g[i];
 
   // Cross-validated AUROC of one-vs-rest ridge probes for sequence labels `label_of`.
-  auto evaluate = [&](const std::vector<std::string>& label_of, std::map<std::string, double>* per_label) {
+  auto evaluate = [&](const std::vector<std::string>& label_of,
+                      std::map<std::string, double>* per_label) {
     double sum = 0;
     int counted = 0;
     for (const auto& name : names) {
       std::vector<uint8_t> positive(static_cast<size_t>(rows));
       for (int64_t r = 0; r < rows; ++r)
         positive[static_cast<size_t>(r)] = label_of[static_cast<size_t>(sequence_of(r))] == name;
-      std::vector<std::vector<double>> fold_xty(static_cast<size_t>(o.folds), std::vector<double>(static_cast<size_t>(n), 0.0));
+      std::vector<std::vector<double>> fold_xty(static_cast<size_t>(o.folds),
+                                                std::vector<double>(static_cast<size_t>(n), 0.0));
       for (int64_t r = 0; r < rows; ++r) {
         if (!positive[static_cast<size_t>(r)]) continue;
-        auto& xty = fold_xty[static_cast<size_t>(fold_of_sequence[static_cast<size_t>(sequence_of(r))])];
+        auto& xty =
+            fold_xty[static_cast<size_t>(fold_of_sequence[static_cast<size_t>(sequence_of(r))])];
         xty[0] += 1;
-        for (int64_t i = 0; i < columns; ++i) xty[static_cast<size_t>(i + 1)] += features[static_cast<size_t>(r)][static_cast<size_t>(i)];
+        for (int64_t i = 0; i < columns; ++i)
+          xty[static_cast<size_t>(i + 1)] +=
+              features[static_cast<size_t>(r)][static_cast<size_t>(i)];
       }
       // AUROC within each held-out fold, averaged over the folds that hold both classes: each
       // fold's model has its own intercept, which would bias an AUROC of the pooled scores.
@@ -200,13 +218,16 @@ ProbeResult ProbeData::run(const std::string& level, const ProbeOptions& o) cons
         for (size_t i = 0; i < gram.size(); ++i) gram[i] -= fold_gram[static_cast<size_t>(f)][i];
         for (int64_t g = 0; g < o.folds; ++g)
           if (g != f)
-            for (int64_t i = 0; i < n; ++i) xty[static_cast<size_t>(i)] += fold_xty[static_cast<size_t>(g)][static_cast<size_t>(i)];
+            for (int64_t i = 0; i < n; ++i)
+              xty[static_cast<size_t>(i)] +=
+                  fold_xty[static_cast<size_t>(g)][static_cast<size_t>(i)];
         const auto model = ridge_from_gram(std::move(gram), std::move(xty), columns, o.lambda);
         std::vector<double> scores;
         std::vector<uint8_t> held_out;
         for (int64_t r = 0; r < rows; ++r)
           if (fold_of_sequence[static_cast<size_t>(sequence_of(r))] == f) {
-            scores.push_back(ridge_predict(model, features[static_cast<size_t>(r)].data(), columns));
+            scores.push_back(
+                ridge_predict(model, features[static_cast<size_t>(r)].data(), columns));
             held_out.push_back(positive[static_cast<size_t>(r)]);
           }
         const double fold_auroc = auroc(scores, held_out);
@@ -215,7 +236,8 @@ ProbeResult ProbeData::run(const std::string& level, const ProbeOptions& o) cons
           ++folds_counted;
         }
       }
-      const double a = folds_counted > 0 ? fold_sum / folds_counted : std::numeric_limits<double>::quiet_NaN();
+      const double a =
+          folds_counted > 0 ? fold_sum / folds_counted : std::numeric_limits<double>::quiet_NaN();
       if (per_label) (*per_label)[name] = a;
       if (std::isfinite(a)) {
         sum += a;
@@ -240,7 +262,8 @@ ProbeResult ProbeData::run(const std::string& level, const ProbeOptions& o) cons
     shuffled_sum += a;
     result.shuffled_max = std::max(result.shuffled_max, a);
   }
-  result.shuffled_mean = o.shuffles > 0 ? shuffled_sum / static_cast<double>(o.shuffles) : std::numeric_limits<double>::quiet_NaN();
+  result.shuffled_mean = o.shuffles > 0 ? shuffled_sum / static_cast<double>(o.shuffles)
+                                        : std::numeric_limits<double>::quiet_NaN();
   if (o.shuffles == 0) result.shuffled_max = std::numeric_limits<double>::quiet_NaN();
   return result;
 }

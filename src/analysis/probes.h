@@ -20,8 +20,8 @@ double auroc(const std::vector<double>& scores, const std::vector<uint8_t>& posi
 
 // Ridge regression with an unpenalised intercept: minimises |y - b - X w|^2 + lambda |w|^2
 // (X: rows x columns, row-major). Returns {b, w...}.
-std::vector<double> ridge_fit(const std::vector<double>& x, int64_t columns, const std::vector<double>& y,
-                              double lambda);
+std::vector<double> ridge_fit(const std::vector<double>& x, int64_t columns,
+                              const std::vector<double>& y, double lambda);
 double ridge_predict(const std::vector<double>& model, const double* row, int64_t columns);
 
 struct ProbeOptions {
@@ -34,7 +34,7 @@ struct ProbeOptions {
 struct ProbeResult {
   std::string level;  // "window" or "sequence"
   int64_t samples = 0, features = 0;
-  double auroc = 0;                                // cross-validated, macro over labels
+  double auroc = 0;                               // cross-validated, macro over labels
   std::map<std::string, double> auroc_per_label;  // one-vs-rest
   double shuffled_mean = 0, shuffled_max = 0;     // the same with labels permuted across sequences
   json to_json() const;
@@ -51,7 +51,7 @@ class ProbeData {
 
  private:
   int64_t depth_, library_;
-  std::vector<std::string> labels_;                    // per sequence
+  std::vector<std::string> labels_;                     // per sequence
   std::vector<std::vector<double>> sequence_features_;  // per sequence: D x L mean probabilities
   std::vector<std::vector<double>> window_features_;    // per window sample: D x L
   std::vector<int64_t> window_sequence_;                // the sequence of each window sample

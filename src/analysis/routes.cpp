@@ -1,5 +1,6 @@
 #include "analysis/routes.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -249,7 +250,18 @@ std::optional<SequenceRoutes> RouteReader::next() {
     LOL_CHECK(!object.is_discarded(), name_, " line ", line_, ": not valid JSON");
     try {
       auto s = SequenceRoutes::from_json(object);
+      constexpr int64_t kMaxLength = int64_t{1} << 24;  // as a model's max_seq_len
+      LOL_CHECK(s.length >= 0 && s.length <= kMaxLength, "length ", s.length, " is outside 0..",
+                kMaxLength);
+      LOL_CHECK(s.prompt_len >= 0 && s.prompt_len <= s.length, "prompt_len ", s.prompt_len,
+                " is outside 0..", s.length);
       for (const auto& w : s.windows) {
+        LOL_CHECK(w.route.window >= 0 && w.route.position >= 0 && w.route.length >= -1 &&
+                      w.route.position + std::max<int64_t>(w.route.length, 0) <= s.length,
+                  "depth ", w.route.depth, " window ", w.route.window,
+                  " does not lie within the sequence of ", s.length, " tokens");
+        for (double p : w.route.probs)
+          LOL_CHECK(std::isfinite(p), "a router probability is not a finite number");
         LOL_CHECK(w.route.depth >= 1 && w.route.depth <= header_.core_depth, "depth ",
                   w.route.depth, " is outside 1..", header_.core_depth);
         LOL_CHECK(static_cast<int64_t>(w.route.probs.size()) == header_.library_size,
@@ -257,8 +269,6 @@ std::optional<SequenceRoutes> RouteReader::next() {
                   " probabilities, the header's library has ", header_.library_size);
         LOL_CHECK(w.route.expert >= 0 && w.route.expert < header_.library_size, "expert ",
                   w.route.expert, " is outside the library");
-        LOL_CHECK(w.route.position >= 0 && w.route.window >= 0,
-                  "a window has a negative position or ordinal");
       }
       return s;
     } catch (const Error& e) {

@@ -1,5 +1,6 @@
 #include "analysis/stats.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <limits>
@@ -45,31 +46,48 @@ void RouteStatsBuilder::add(const SequenceRoutes& s) {
     while (bin + 1 < margin_edges_.size() && !(w.route.margin <= margin_edges_[bin])) ++bin;
     ++margin_counts_[bin];
   }
-  // Token paths: the expert of the window holding each token, at every depth.
-  if (s.length <= 0) return;
-  std::vector<int64_t> expert(static_cast<size_t>(depth_ * s.length), -1);
-  for (const auto& w : s.windows)
-    for (int64_t t = w.route.position;
-         t < w.route.position + std::max<int64_t>(w.route.length, 0) && t < s.length; ++t)
-      expert[static_cast<size_t>((w.route.depth - 1) * s.length + t)] = w.route.expert;
+  // Token paths: the expert of the window holding each token, at every depth. The path is
+  // constant between window boundaries, so it is evaluated once per segment between
+  // consecutive boundaries of any depth and weighted by the segment's tokens (memory and time
+  // grow with the windows, not with the sequence's length).
+  struct Span {
+    int64_t start, end, expert;
+  };
+  std::vector<std::vector<Span>> spans(static_cast<size_t>(depth_));
+  std::vector<int64_t> cuts = {0, s.length};
+  for (const auto& w : s.windows) {
+    if (w.route.length <= 0) continue;
+    const int64_t end = std::min(s.length, w.route.position + w.route.length);
+    spans[static_cast<size_t>(w.route.depth - 1)].push_back(
+        {w.route.position, end, w.route.expert});
+    cuts.push_back(w.route.position);
+    cuts.push_back(end);
+  }
+  for (auto& d : spans)
+    std::sort(d.begin(), d.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<size_t> cursor(spans.size(), 0);
   std::vector<uint8_t> seen(L);
-  for (int64_t t = 0; t < s.length; ++t) {
+  for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+    const int64_t from = cuts[c], tokens = cuts[c + 1] - cuts[c];
+    if (from < 0 || from >= s.length || tokens <= 0) continue;
     std::fill(seen.begin(), seen.end(), 0);
     int64_t distinct = 0;
     bool complete = true;
-    for (int64_t l = 0; l < depth_; ++l) {
-      const int64_t e = expert[static_cast<size_t>(l * s.length + t)];
-      if (e < 0) {
-        complete = false;
-        break;
-      }
-      distinct += !seen[static_cast<size_t>(e)];
-      seen[static_cast<size_t>(e)] = 1;
+    for (size_t l = 0; l < spans.size() && complete; ++l) {
+      auto& k = cursor[l];
+      while (k < spans[l].size() && spans[l][k].end <= from) ++k;
+      complete = k < spans[l].size() && spans[l][k].start <= from;
+      if (!complete) break;
+      const auto e = static_cast<size_t>(spans[l][k].expert);
+      distinct += !seen[e];
+      seen[e] = 1;
     }
     if (!complete) continue;
-    ++token_paths_;
-    distinct_sum_ += static_cast<double>(distinct);
-    ++distinct_counts_[static_cast<size_t>(distinct)];
+    token_paths_ += tokens;
+    distinct_sum_ += static_cast<double>(distinct * tokens);
+    distinct_counts_[static_cast<size_t>(distinct)] += tokens;
   }
 }
 
