@@ -3,11 +3,15 @@
 #include <set>
 #include <sstream>
 
+#include "analysis/interventions.h"
+#include "analysis/path_eval.h"
 #include "analysis/paths.h"
 #include "analysis/probes.h"
 #include "analysis/routes.h"
 #include "analysis/stats.h"
 #include "helpers.h"
+#include "infer/generate.h"
+#include "tasks/task.h"
 
 namespace lol {
 namespace {
@@ -310,5 +314,197 @@ TEST(Routes, MalformedRouteFilesNameTheLine) {
   EXPECT_NE(error_of(header + "\n" + bad_probs).find("has 1 probabilities"), std::string::npos);
 }
 
+// A path over depths 1..4 and ordinals 0..2 with distinct experts along depth at ordinal 1.
+ForcedPath sample_path() {
+  ForcedPath p;
+  for (int64_t l = 1; l <= 4; ++l)
+    for (int64_t k = 0; k <= 2; ++k) {
+      ForcedPath::Entry e;
+      e.expert = (l + k) % 5;
+      e.gate = 0.1 * static_cast<double>(l) + 0.01 * static_cast<double>(k);
+      p.depths[l][k] = e;
+    }
+  return p;
+}
+
+TEST(Interventions, EachTransformChangesOnlyWhatItNames) {
+  const auto path = sample_path();
+  const auto ids = experts_only(path), gates = gates_only(path);
+  for (const auto& [l, entries] : path.depths)
+    for (const auto& [k, e] : entries) {
+      EXPECT_EQ(ids.find(l, k)->expert, e.expert);
+      EXPECT_FALSE(ids.find(l, k)->gate);
+      EXPECT_EQ(gates.find(l, k)->gate, e.gate);
+      EXPECT_FALSE(gates.find(l, k)->expert);
+    }
+  // Permuting depths: every ordinal keeps its multiset of (expert, gate) pairs, the depth
+  // order changes, the same seed gives the same permutation.
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const auto permuted = permute_depths(path, seed);
+    EXPECT_EQ(permuted.to_json(), permute_depths(path, seed).to_json());
+    bool changed = false;
+    for (int64_t k = 0; k <= 2; ++k) {
+      std::multiset<std::pair<int64_t, double>> before, after;
+      for (int64_t l = 1; l <= 4; ++l) {
+        before.insert({*path.find(l, k)->expert, *path.find(l, k)->gate});
+        after.insert({*permuted.find(l, k)->expert, *permuted.find(l, k)->gate});
+        changed |= permuted.find(l, k)->expert != path.find(l, k)->expert;
+      }
+      EXPECT_EQ(before, after);
+    }
+    EXPECT_TRUE(changed) << "seed " << seed;
+  }
+  // A path whose depths agree cannot be permuted into another.
+  ForcedPath flat;
+  for (int64_t l = 1; l <= 3; ++l) flat.depths[l][0].expert = 2;
+  EXPECT_EQ(permute_depths(flat, 1).to_json(), flat.to_json());
+  // Random experts: gates kept, experts in the library, not the path's everywhere.
+  const auto random = random_experts(path, 5, 7);
+  int same = 0;
+  for (const auto& [l, entries] : path.depths)
+    for (const auto& [k, e] : entries) {
+      const auto* r = random.find(l, k);
+      EXPECT_EQ(r->gate, e.gate);
+      EXPECT_GE(*r->expert, 0);
+      EXPECT_LT(*r->expert, 5);
+      same += *r->expert == *e.expert;
+    }
+  EXPECT_LT(same, 12);
+  // Replacing depths 2-3 with a donor's: those depths are the donor's, the others the path's.
+  ForcedPath donor;
+  donor.depths[2][0].expert = 9;
+  const auto replaced = replace_depths(path, donor, 2, 3);
+  EXPECT_EQ(replaced.depths.at(1), path.depths.at(1));
+  EXPECT_EQ(replaced.depths.at(4), path.depths.at(4));
+  EXPECT_EQ(*replaced.find(2, 0)->expert, 9);
+  EXPECT_EQ(replaced.depths.count(3), 0u);
+  EXPECT_THROW(replace_depths(path, donor, 3, 2), Error);
+}
+
+// lol path eval forces exactly what lol generate --force reads: every generation equals
+// generate() with the condition's path written to JSON and read back, and the prompt built
+// from the task text with the filler.
+TEST(PathEval, GenerationsEqualGenerateWithTheForcedPathFile) {
+  auto c = testing::tiny_config();
+  c.vocab_size = 160;
+  c.max_seq_len = 512;
+  auto model = testing::make_model(c, 21);
+  {
+    // Blocks loud enough that the expert a window runs changes the greedy token.
+    torch::NoGradGuard no_grad;
+    for (auto& [name, t] : model->named_state()) {
+      auto role = model->roles().all().find(name);
+      if (role != model->roles().all().end() &&
+          (role->second == ParamRole::kMatrix || role->second == ParamRole::kResidualOutput))
+        t.mul_(6.0);
+    }
+  }
+  std::vector<LabelledPath> paths;
+  for (int s : {1, 3}) {
+    LabelledPath p;
+    p.strategy = s;
+    p.label = tasks::strategy_name(tasks::Kind::kMaze, s);
+    for (int64_t l = 1; l <= c.core_depth; ++l) {
+      p.path.depths[l][0].expert = (l + s) % c.library_size;
+      p.path.depths[l][1].expert = (2 * l + s) % c.library_size;
+      p.path.depths[l][1].gate = 0.3 + 0.1 * s;
+    }
+    paths.push_back(p);
+  }
+  PathEvalOptions options;
+  options.kind = tasks::Kind::kMaze;
+  options.maze_size = 4;
+  options.count = 2;
+  options.seed = 5;
+  options.max_batch = 3;
+  options.extra_tokens = 4;
+  std::vector<EvalCondition> conditions;
+  for (auto i : {Intervention::kDescriptor, Intervention::kFiller, Intervention::kFull,
+                 Intervention::kPermute, Intervention::kRandom, Intervention::kDepths}) {
+    EvalCondition condition;
+    condition.intervention = i;
+    condition.first_depth = condition.last_depth = 2;
+    conditions.push_back(condition);
+  }
+  std::vector<EvalSample> samples;
+  int64_t progress = 0;
+  options.on_sample = [&] { ++progress; };
+  const auto results = evaluate_paths(model, testing::device(), paths, conditions, options,
+                                      [&](const EvalSample& s) { samples.push_back(s); });
+  ASSERT_EQ(results.size(), conditions.size());
+  ASSERT_EQ(samples.size(), conditions.size() * 2 * 2);
+  EXPECT_EQ(progress, static_cast<int64_t>(samples.size()));
+  const auto& vocab = tasks::vocabulary(tasks::Kind::kMaze);
+  tasks::TaskSource source(tasks::Kind::kMaze, 4, 5, 1);
+  size_t at = 0;
+  for (size_t ci = 0; ci < conditions.size(); ++ci) {
+    EXPECT_EQ(results[ci].summary.count, 4);
+    for (size_t j = 0; j < paths.size(); ++j)
+      for (int64_t i = 0; i < 2; ++i) {
+        const auto& sample = samples[at++];
+        EXPECT_EQ(sample.label, paths[j].label);
+        EXPECT_EQ(sample.problem, i);
+        // The prompt as a user would type it for lol generate --task maze.
+        const auto seq = source.sequence(i * 5 + paths[j].strategy - 1);
+        const bool descriptor = conditions[ci].intervention == Intervention::kDescriptor;
+        tasks::Tokens words = {"Q", ":"};
+        words.insert(words.end(), seq.question.begin(), seq.question.end());
+        const auto bracket = descriptor ? seq.descriptor : tasks::filler(tasks::Kind::kMaze, true);
+        words.insert(words.end(), bracket.begin(), bracket.end());
+        ASSERT_EQ(vocab.decode(sample.prompt), words);
+        Prompt prompt{sample.prompt, static_cast<int64_t>(words.size()), {}};
+        for (int64_t p = 2 + static_cast<int64_t>(seq.question.size()); p < prompt.prompt_len; ++p)
+          prompt.router_only.push_back(p);
+        SamplingOptions sampling;
+        sampling.max_tokens = static_cast<int64_t>(sample.generated.size());
+        sampling.stop_tokens = {vocab.id("<eos>", "test")};
+        sampling.vocab_limit = vocab.size();
+        const auto forced = condition_path(conditions[ci], paths, j, c.library_size, 5);
+        std::optional<ForcedPath> file;
+        if (forced) file = ForcedPath::from_json(json::parse(forced->to_json().dump()));
+        const auto expected =
+            generate(model, {prompt}, sampling, testing::device(), file ? &*file : nullptr);
+        EXPECT_EQ(sample.generated, expected[0].tokens)
+            << conditions[ci].name() << " " << sample.label << " problem " << i;
+        auto all = vocab.decode(sample.prompt);
+        const auto generated = vocab.decode(sample.generated);
+        all.insert(all.end(), generated.begin(), generated.end());
+        const auto score = tasks::score_sequence(tasks::Kind::kMaze, all, paths[j].strategy, "t");
+        EXPECT_EQ(sample.score.followed, score.followed);
+        EXPECT_EQ(sample.score.trace_legal, score.trace_legal);
+      }
+  }
+  // Forcing changes what the model writes (so the comparison above would see a path ignored):
+  // conditions are in order, four samples each; filler is the second, full the third.
+  int changed = 0;
+  for (size_t i = 0; i < 4; ++i) changed += samples[4 + i].generated != samples[8 + i].generated;
+  EXPECT_GE(changed, 2);
+}
+
+TEST(PathEval, PathDirectoriesAreCheckedAgainstTaskAndModel) {
+  const std::string dir = testing::temp_dir("path_eval_dirs");
+  EXPECT_THROW(load_task_paths(dir + "/missing", tasks::Kind::kMaze, 4, 4), Error);
+  write_file_atomic(dir + "/a.json",
+                    R"({"label":"bfs","entries":[{"depth":1,"window":0,"expert":3}]})");
+  write_file_atomic(dir + "/b.json",
+                    R"({"label":"dfs","entries":[{"depth":2,"window":1,"gate":0.5}]})");
+  const auto paths = load_task_paths(dir, tasks::Kind::kMaze, 4, 4);
+  ASSERT_EQ(paths.size(), 2u);
+  EXPECT_EQ(paths[0].strategy, 1);
+  EXPECT_EQ(paths[1].strategy, 2);
+  auto message = [&](tasks::Kind kind, int64_t depth, int64_t library) {
+    try {
+      load_task_paths(dir, kind, depth, library);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(
+      message(tasks::Kind::kSudoku, 4, 4).find("a.json: label 'bfs' names no sudoku strategy"),
+      std::string::npos);
+  EXPECT_NE(message(tasks::Kind::kMaze, 4, 3).find("a.json"), std::string::npos);
+  EXPECT_NE(message(tasks::Kind::kMaze, 1, 4).find("b.json"), std::string::npos);
+}
 }  // namespace
 }  // namespace lol

@@ -117,6 +117,16 @@ printf 'fr\t1,2,3,4\nfr\t5,6,7\n' >"$dir/one_label.tsv"
 "$lol" route --model "$dir/run" --data "$dir/one_label.tsv" --out "$dir/one_label.jsonl" 2>/dev/null
 expect_error "probe one label" "at least two labels" "$lol" path probe "$dir/one_label.jsonl" --folds 2
 expect_ok "forward with a mode path" "$lol" forward --model "$dir/run" --tokens 1,2,3 --force "$dir/paths/bfs.json" --out "$dir/x.json"
+expect_ok "path eval" "$lol" path eval --model "$dir/run" --task maze --size 4 --paths "$dir/paths" --count 2 --interventions full,permute,depths --depth-width 2 --samples "$dir/samples.jsonl" --paths-out "$dir/forced" --json "$dir/eval.json"
+grep -q '"confusion"' "$dir/eval.json" && [ "$(wc -l <"$dir/samples.jsonl")" -eq 40 ] && pass "path eval json and samples" || failed "path eval wrote $(wc -l <"$dir/samples.jsonl") samples"
+# A generation of path eval is what lol generate --force writes for the same prompt and path.
+line=$(grep '"condition":"permute"' "$dir/samples.jsonl" | grep '"label":"dfs"' | head -1)
+prompt=$(sed -n 's/.*"prompt":"\([^"]*\)".*/\1/p' <<<"$line")
+generated=$(sed -n 's/.*"generated":"\([^"]*\)".*/\1/p' <<<"$line")
+expect_ok "generate with an evaluated path" "$lol" generate --model "$dir/run" --task maze --prompt "$prompt" --force "$dir/forced/permute/dfs.json" --max-tokens "$(wc -w <<<"$generated")"
+[ -n "$generated" ] && [ "$(cat "$dir/out")" = "$generated" ] && pass "path eval equals generate --force" || failed "path eval and generate --force differ"
+expect_error "path eval wrong task" "label 'astar' names no sudoku strategy" "$lol" path eval --model "$dir/run" --task sudoku --paths "$dir/paths" --count 1
+expect_error "path eval bad intervention" "--interventions item must be one of" "$lol" path eval --model "$dir/run" --task maze --size 4 --paths "$dir/paths" --interventions full,swap
 printf 'fr\t1,oops\n' >"$dir/bad.tsv"
 expect_error "route bad tsv" "bad.tsv line 1: 'oops' is not a token id" "$lol" route --model "$dir/run" --data "$dir/bad.tsv" --out "$dir/failed_routes.jsonl"
 [ ! -e "$dir/failed_routes.jsonl" ] && pass "a failed route run writes no file" || failed "a failed route run left a file"

@@ -1,6 +1,7 @@
 #pragma once
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <random>
@@ -9,8 +10,19 @@
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "reference.h"
+#include "util/files.h"
 
 namespace lol::testing {
+
+// An empty scratch directory for this process (removed first if a run left one), created.
+inline std::string temp_dir(const std::string& name) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/lol_test_" +
+                          std::to_string(::getpid()) + "_" + name;
+  remove_tree(dir);
+  make_directories(dir);
+  return dir;
+}
 
 // The device the engine runs on in tests: LOL_TEST_DEVICE (cpu, cuda, cuda:N), default cpu.
 // Reference paths (float64 forward, recomputing decoder) stay on the CPU; equivalence tests

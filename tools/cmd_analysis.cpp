@@ -1,9 +1,12 @@
-// lol route | path extract: read the routes a model takes over labelled sequences, and the mode
-// path of each label (docs/analysis.md).
+// lol route | path extract | stats | probe | eval: read the routes a model takes over labelled
+// sequences, the mode path of each label, what the routes encode, and what forcing them does
+// (docs/analysis.md).
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <sstream>
 
+#include "analysis/path_eval.h"
 #include "analysis/paths.h"
 #include "analysis/probes.h"
 #include "analysis/routes.h"
@@ -81,6 +84,127 @@ void read_route_file(const std::string& path,
   for (; auto s = reader.next(); ++count) visit(*s);
   LOL_CHECK(count > 0, path, ": holds no sequence");
 }
+
+// "descriptor,filler,full" -> conditions; "depths" expands to one range of `width` depths at a
+// time over the core.
+std::vector<EvalCondition> parse_conditions(const std::string& text, int64_t width,
+                                            int64_t core_depth) {
+  std::vector<EvalCondition> out;
+  std::string item;
+  std::istringstream in(text);
+  while (std::getline(in, item, ',')) {
+    EvalCondition c;
+    c.intervention = parse_enum<Intervention>(item, "--interventions item");
+    if (c.intervention != Intervention::kDepths) {
+      out.push_back(c);
+      continue;
+    }
+    LOL_CHECK(width >= 1 && width <= core_depth, "--depth-width must be in 1..", core_depth,
+              " (the core's depth), got ", width);
+    for (int64_t first = 1; first <= core_depth; first += width) {
+      c.first_depth = first;
+      c.last_depth = std::min(core_depth, first + width - 1);
+      out.push_back(c);
+    }
+  }
+  LOL_CHECK(!out.empty(), "--interventions is empty");
+  return out;
+}
+
+void add_path_eval_command(CLI::App* path, std::vector<std::pair<CLI::App*, Runner>>& commands) {
+  struct Opts {
+    std::string model, task, paths, interventions = "descriptor,filler,full,id,gate,permute,random";
+    std::string json_out, samples_out, paths_out;
+    int64_t depth_width = 0;
+    bool short_filler = false;
+    PathEvalOptions eval;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = path->add_subcommand(
+      "eval",
+      "generate on held-out problems with the filler and each label's path forced (or an "
+      "intervention on it); score, and count requested against followed strategy");
+  cmd->add_option("--model", o->model, "model or training run directory")->required();
+  cmd->add_option("--task", o->task, "sudoku or maze")
+      ->required()
+      ->check(CLI::IsMember({"sudoku", "maze"}));
+  cmd->add_option("--paths", o->paths, "directory of mode paths (lol path extract --out)")
+      ->required();
+  cmd->add_option("--count", o->eval.count, "held-out problems per label and condition")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--seed", o->eval.seed,
+                  "problem seed (task split 1; use another than lol route's) and intervention seed")
+      ->capture_default_str();
+  cmd->add_option("--size", o->eval.maze_size, "maze side n")->capture_default_str();
+  cmd->add_option("--interventions", o->interventions,
+                  "comma-separated conditions: " + enum_choices<Intervention>(", "))
+      ->capture_default_str();
+  cmd->add_option("--depth-width", o->depth_width,
+                  "with 'depths': width of the depth range replaced at a time");
+  cmd->add_flag("--short-filler", o->short_filler,
+                "filler \"[ ... ]\" instead of the length-matched one");
+  cmd->add_option("--batch-size", o->eval.max_batch, "sequences decoded at once")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--json", o->json_out, "also write the results as JSON to this file");
+  cmd->add_option("--samples", o->samples_out,
+                  "write every generation (prompt, output, score) as JSON lines to this file");
+  cmd->add_option("--paths-out", o->paths_out,
+                  "write the path each condition forces as DIR/CONDITION/LABEL.json (--force "
+                  "reads them)");
+  commands.emplace_back(cmd, [o] {
+    const auto device = selected_device();
+    auto model = load_model(o->model, device);
+    const auto& config = model->config();
+    o->eval.kind = tasks::parse_kind(o->task);
+    o->eval.length_matched = !o->short_filler;
+    const auto paths =
+        load_task_paths(o->paths, o->eval.kind, config.core_depth, config.library_size);
+    const auto conditions = parse_conditions(o->interventions, o->depth_width, config.core_depth);
+    if (!o->paths_out.empty())
+      for (const auto& c : conditions)
+        for (size_t j = 0; j < paths.size(); ++j)
+          if (auto p = condition_path(c, paths, j, config.library_size, o->eval.seed)) {
+            std::string dir = o->paths_out + "/" + c.name();
+            for (auto& ch : dir)
+              if (ch == ' ') ch = '_';
+            make_directories(dir);
+            write_file_atomic(dir + "/" + label_file_name(paths[j].label) + ".json",
+                              p->to_json().dump(2) + "\n");
+          }
+    const int64_t total = static_cast<int64_t>(conditions.size() * paths.size()) * o->eval.count;
+    Progress progress("path eval", total);
+    int64_t done = 0;
+    install_interrupt_handler();
+    o->eval.on_sample = [&] {
+      progress.update(++done, "generations");
+      LOL_CHECK(!interrupt_requested(), "interrupted; nothing was written");
+    };
+    std::unique_ptr<AtomicWriter> samples;
+    if (!o->samples_out.empty()) samples = std::make_unique<AtomicWriter>(o->samples_out);
+    const auto results =
+        evaluate_paths(model, device, paths, conditions, o->eval, [&](const EvalSample& s) {
+          if (samples) samples->write(s.to_json(o->eval.kind).dump() + "\n");
+        });
+    if (samples) samples->commit();
+    progress.finish("evaluated " + std::to_string(total) + " generations");
+    std::cout << tasks::kind_name(o->eval.kind) << ", " << o->eval.count
+              << " held-out problems per label, greedy, filler "
+              << (o->eval.length_matched ? "length-matched" : "short") << "\n";
+    std::cout << path_eval_table(results);
+    for (const auto& r : results)
+      if (r.condition.intervention == Intervention::kFull)
+        std::cout << "\nforced mode paths (full), requested against followed:\n"
+                  << r.summary.to_text(o->eval.kind);
+    if (!o->json_out.empty()) {
+      json out = json::array();
+      for (const auto& r : results) out.push_back(r.to_json(o->eval.kind));
+      write_file_atomic(o->json_out, out.dump(2) + "\n");
+    }
+  });
+}
+
 }  // namespace
 
 void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
@@ -176,6 +300,8 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
     }
     if (!po->json_out.empty()) write_file_atomic(po->json_out, out.dump(2) + "\n");
   });
+
+  add_path_eval_command(path, commands);
 }
 
 }  // namespace lol::cli

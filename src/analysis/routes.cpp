@@ -4,20 +4,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "tasks/maze.h"
-#include "tasks/sudoku.h"
+#include "infer/generate.h"
 #include "tasks/task.h"
 #include "util/error.h"
 
 namespace lol {
 namespace {
-
-TokenSequence to_sequence(const Document& doc) {
-  TokenSequence s{doc.tokens, doc.prompt_len, {}};
-  for (size_t i = 0; i < doc.router_only.size(); ++i)
-    if (doc.router_only[i]) s.router_only.push_back(static_cast<int64_t>(i));
-  return s;
-}
 
 class TaskSequences : public LabelledSource {
  public:
@@ -27,9 +19,8 @@ class TaskSequences : public LabelledSource {
     if (index_ >= 5 * count_) return std::nullopt;
     const int strategy = static_cast<int>(index_ % 5) + 1;
     auto doc = source_.sequence(index_++).document(tasks::vocabulary(kind_));
-    return LabelledSequence{kind_ == tasks::Kind::kSudoku ? sudoku::strategy_name(strategy)
-                                                          : maze::strategy_name(strategy),
-                            to_sequence(doc)};
+    return LabelledSequence{tasks::strategy_name(kind_, strategy),
+                            prompt_from_document(doc, static_cast<int64_t>(doc.tokens.size()))};
   }
   int64_t size() const override { return 5 * count_; }
   std::string describe() const override {

@@ -19,6 +19,7 @@ struct ForcedPath {
   struct Entry {
     std::optional<int64_t> expert;
     std::optional<double> gate;
+    bool operator==(const Entry& o) const { return expert == o.expert && gate == o.gate; }
   };
   std::map<int64_t, std::map<int64_t, Entry>> depths;  // depth l (1-based) -> ordinal -> entry
 

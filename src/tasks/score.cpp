@@ -225,8 +225,7 @@ void ScoreSummary::add(const Score& s) {
 
 json ScoreSummary::to_json(Kind kind) const {
   json names = json::array({"none"});
-  for (int s = 1; s <= 5; ++s)
-    names.push_back(kind == Kind::kSudoku ? sudoku::strategy_name(s) : maze::strategy_name(s));
+  for (int s = 1; s <= 5; ++s) names.push_back(strategy_name(kind, s));
   json matrix = json::array();
   for (int r = 1; r <= 5; ++r)
     matrix.push_back(std::vector<int64_t>(confusion[r].begin(), confusion[r].end()));
@@ -254,11 +253,7 @@ std::string ScoreSummary::to_text(Kind kind) const {
       << "padding_fraction      " << padding_fraction << "\n"
       << "confusion (rows: requested, columns: followed)\n"
       << std::setw(14) << "";
-  auto name = [&](int s) {
-    return s == 0                  ? "none"
-           : kind == Kind::kSudoku ? sudoku::strategy_name(s)
-                                   : maze::strategy_name(s);
-  };
+  auto name = [&](int s) { return strategy_name(kind, s); };
   for (int f = 0; f <= 5; ++f) out << std::setw(14) << name(f);
   out << "\n";
   for (int r = 1; r <= 5; ++r) {

@@ -16,6 +16,16 @@ const char* kind_name(Kind kind) {
   return kind == Kind::kSudoku ? "sudoku" : "maze";
 }
 
+const char* strategy_name(Kind kind, int strategy) {
+  return kind == Kind::kSudoku ? sudoku::strategy_name(strategy) : maze::strategy_name(strategy);
+}
+
+int strategy_by_name(Kind kind, const std::string& name) {
+  for (int s = 1; s <= 5; ++s)
+    if (name == strategy_name(kind, s)) return s;
+  return 0;
+}
+
 Vocabulary::Vocabulary(std::vector<std::string> words) : words_(std::move(words)) {
   for (size_t i = 0; i < words_.size(); ++i) ids_[words_[i]] = static_cast<int64_t>(i);
 }

@@ -18,6 +18,9 @@ using Tokens = std::vector<std::string>;
 enum class Kind { kSudoku, kMaze };
 Kind parse_kind(const std::string& name);  // "sudoku" | "maze"
 const char* kind_name(Kind kind);
+// A strategy's name (1..5; "none" otherwise) and back (0 when no strategy has the name).
+const char* strategy_name(Kind kind, int strategy);
+int strategy_by_name(Kind kind, const std::string& name);
 
 class Vocabulary {
  public:
