@@ -38,9 +38,10 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--suite", o->suite,
-                  "model (training throughput), decode (inference) or tasks (data generation)")
+                  "model (training throughput), decode (inference), tasks (data generation) or "
+                  "analysis (route extraction)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"model", "decode", "tasks"}));
+      ->check(CLI::IsMember({"model", "decode", "tasks", "analysis"}));
   cmd->add_option("--preset", o->preset, "model shape (preset name or config file)")
       ->capture_default_str();
   cmd->add_option("--set", o->overrides, "override a config key of the preset");
@@ -53,7 +54,7 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
          "--mode", o->modes,
          "model: comma list of train (forward+backward), step (whole optimizer step), forward")
       ->capture_default_str();
-  cmd->add_option("--batch", o->batch, "model: sequences per step")
+  cmd->add_option("--batch", o->batch, "model: sequences per step; analysis: per forward pass")
       ->capture_default_str()
       ->check(at_least(1));
   cmd->add_option("--contexts", o->contexts, "decode: comma list of context lengths")
@@ -63,7 +64,8 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   cmd->add_option("--steps", o->steps, "decode: timed steps per measurement")
       ->capture_default_str()
       ->check(at_least(1));
-  cmd->add_option("--puzzles", o->puzzles, "tasks: puzzles per repetition")
+  cmd->add_option("--puzzles", o->puzzles,
+                  "tasks: puzzles per repetition; analysis: puzzles (default 20, x5 strategies)")
       ->capture_default_str()
       ->check(at_least(1));
   cmd->add_option("--reps", o->reps, "timed repetitions")
@@ -78,7 +80,7 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   cmd->add_option("-o,--output", o->output, "md | csv | json")
       ->capture_default_str()
       ->check(CLI::IsMember({"md", "csv", "json"}));
-  commands.emplace_back(cmd, [o] {
+  commands.emplace_back(cmd, [o, cmd] {
     if (o->suite == "tasks") {
       bench::bench_tasks(o->puzzles, o->reps, o->output);
       return;
@@ -87,6 +89,18 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     auto families = bench::split(o->families);
     LOL_CHECK(!families.empty(), "--families: give at least one family");
     for (const auto& f : families) bench::family_config(base, f);  // reject bad names before timing
+    if (o->suite == "analysis") {
+      bench::AnalysisBenchOptions a;
+      a.base = base;
+      a.puzzles = cmd->count("--puzzles") ? o->puzzles : 20;  // five sequences each
+      a.batch = o->batch;
+      a.reps = o->reps;
+      a.warmup = o->warmup;
+      a.output = o->output;
+      a.device = selected_device();
+      bench::bench_analysis(a);
+      return;
+    }
     if (o->suite == "decode") {
       bench::DecodeBenchOptions d;
       d.base = base;

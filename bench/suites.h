@@ -1,5 +1,5 @@
 #pragma once
-// The three `lol bench` suites. Each prints one table (md or csv) or a JSON document, stamped
+// The `lol bench` suites. Each prints one table (md or csv) or a JSON document, stamped
 // with the commit, the BLAS and the thread counts. Never run by the tests.
 #include <torch/torch.h>
 
@@ -37,6 +37,17 @@ struct DecodeBenchOptions {
 // Prefill tokens/s; per-token latency cached vs recomputed by context (core vs rest); batch
 // scaling with block calls and weight bytes per token.
 void bench_decode(const DecodeBenchOptions& options);
+
+struct AnalysisBenchOptions {
+  ModelConfig base;
+  int maze_size = 8;
+  int64_t puzzles = 20, batch = 16;
+  int reps = 3, warmup = 1;
+  std::string output = "md";
+  torch::Device device = torch::kCPU;
+};
+// Routes extracted per second (lol route) against the forward pass alone on the same batches.
+void bench_analysis(const AnalysisBenchOptions& options);
 
 // Task data as a pipeline: puzzles/s generated and traced per strategy, tokens/s streamed.
 void bench_tasks(int64_t puzzles, int reps, const std::string& output);

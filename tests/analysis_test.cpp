@@ -7,8 +7,10 @@
 #include "analysis/path_eval.h"
 #include "analysis/paths.h"
 #include "analysis/probes.h"
+#include "analysis/report.h"
 #include "analysis/routes.h"
 #include "analysis/stats.h"
+#include "analysis/svg.h"
 #include "helpers.h"
 #include "infer/generate.h"
 #include "tasks/task.h"
@@ -282,6 +284,57 @@ TEST(Routes, ExtractionRecordsTheForwardPassRoutesAndRoundTrips) {
   for (size_t i = 0; i < read.size(); ++i) EXPECT_EQ(read[i].to_json(), extracted[i].to_json());
 }
 
+// The flip measurement: no flips at eps 0 (not measured), none for clear margins under a
+// small perturbation, many under a large one; the statistics count them per depth and margin.
+TEST(Routes, PerturbationFlipsFollowTheMargins) {
+  auto c = testing::tiny_config();
+  c.vocab_size = 160;
+  c.max_seq_len = 256;
+  auto model = testing::make_model(c, 8, /*router_scale=*/3.0);
+  auto run = [&](double eps) {
+    auto source = task_sequences("maze", 4, 3, 2);
+    ExtractOptions options;
+    options.perturbation = eps;
+    options.seed = 4;
+    std::vector<SequenceRoutes> out;
+    extract_routes(model, *source, options, [&](SequenceRoutes&& s) { out.push_back(s); });
+    return out;
+  };
+  for (const auto& s : run(0.0))
+    for (const auto& w : s.windows) EXPECT_FALSE(w.flipped);
+  int64_t small_flips = 0, large_flips = 0, windows = 0;
+  for (const auto& s : run(1e-4))
+    for (const auto& w : s.windows) {
+      ASSERT_TRUE(w.flipped);
+      small_flips += *w.flipped;
+      if (w.route.margin > 1e-2) {
+        EXPECT_FALSE(*w.flipped) << "margin " << w.route.margin;
+      }
+    }
+  RouteStatsBuilder stats(c.core_depth, c.library_size);
+  for (const auto& s : run(10.0)) {
+    stats.add(s);
+    for (const auto& w : s.windows) {
+      large_flips += *w.flipped;
+      ++windows;
+      // Written and read back, the measurement survives.
+      EXPECT_EQ(SequenceRoutes::from_json(s.to_json()).windows.back().flipped,
+                s.windows.back().flipped);
+    }
+  }
+  EXPECT_LT(small_flips, windows / 20);
+  EXPECT_GT(large_flips, windows / 5);
+  const auto r = stats.finish();
+  EXPECT_EQ(r.flips_measured, windows);
+  EXPECT_NEAR(r.flip_rate, static_cast<double>(large_flips) / static_cast<double>(windows), 1e-12);
+  ASSERT_EQ(r.flip_rate_by_depth.size(), static_cast<size_t>(c.core_depth));
+  double weighted = 0;
+  for (size_t b = 0; b < r.margin_counts.size(); ++b)
+    weighted += r.flip_rate_by_margin[b] * static_cast<double>(r.margin_counts[b]);
+  EXPECT_NEAR(weighted, static_cast<double>(large_flips), 1e-9);
+  EXPECT_TRUE(r.to_json().contains("flips"));
+}
+
 TEST(Routes, MalformedRouteFilesNameTheLine) {
   auto error_of = [](const std::string& text) {
     std::stringstream in(text);
@@ -505,6 +558,104 @@ TEST(PathEval, PathDirectoriesAreCheckedAgainstTaskAndModel) {
       std::string::npos);
   EXPECT_NE(message(tasks::Kind::kMaze, 4, 3).find("a.json"), std::string::npos);
   EXPECT_NE(message(tasks::Kind::kMaze, 1, 4).find("b.json"), std::string::npos);
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(Svg, HeatmapsAndBarsAreDeterministicEscapedAndChecked) {
+  EXPECT_EQ(svg::colour(0), "#f7fbff");
+  EXPECT_EQ(svg::colour(0.5), "#6baed6");
+  EXPECT_EQ(svg::colour(1), "#08306b");
+  EXPECT_EQ(svg::colour(-3), svg::colour(0));
+  EXPECT_EQ(svg::colour(std::nan("")), svg::colour(0));
+  EXPECT_EQ(svg::escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
+  svg::Heatmap h;
+  h.title = "fr <&> de";
+  h.rows = {"1", "2"};
+  h.columns = {"a", "b", "c"};
+  h.values = {{0, 0.5, 1}, {0.25, 0.75, 0.1}};
+  const auto a = svg::heatmap(h);
+  EXPECT_EQ(a, svg::heatmap(h));              // same data, same bytes
+  EXPECT_EQ(count_of(a, "<rect"), 6u + 10u);  // cells and the ten-step colour scale
+  EXPECT_NE(a.find("fr &lt;&amp;&gt; de"), std::string::npos);
+  EXPECT_EQ(a.find("fr <&> de"), std::string::npos);
+  EXPECT_NE(a.find(">0.75<"), std::string::npos);
+  EXPECT_NE(a.find("fill=\"#08306b\""), std::string::npos);  // the cell at max
+  EXPECT_EQ(count_of(a, "<svg"), count_of(a, "</svg>"));
+  EXPECT_EQ(count_of(a, "<text"), count_of(a, "</text>"));
+  h.values[1].pop_back();
+  EXPECT_THROW(svg::heatmap(h), Error);
+  svg::BarChart b;
+  b.title = "margins";
+  b.labels = {"x", "y"};
+  b.values = {0.2, std::numeric_limits<double>::infinity()};
+  const auto bars = svg::bar_chart(b);
+  EXPECT_EQ(count_of(bars, "<rect"), 2u);
+  EXPECT_EQ(bars.find("inf"), std::string::npos);
+  b.values.pop_back();
+  EXPECT_THROW(svg::bar_chart(b), Error);
+}
+
+TEST(Report, OneSelfContainedPageWithEveryLabelAndCondition) {
+  std::mt19937 rng(5);
+  const auto routes = planted_routes(rng, {{"bfs", {0, 3}}, {"<dfs>", {2, 1}}}, 3, 4, 20);
+  RouteStatsBuilder stats(3, 4);
+  ProbeData probes(3, 4);
+  for (auto r : routes) {
+    for (auto& w : r.windows) w.flipped = w.route.window == 0;
+    stats.add(r);
+    probes.add(r);
+  }
+  ReportInputs in;
+  in.title = "planted & checked";
+  in.header = RouteFileHeader{"m", "s", 3, 4, 40};
+  in.stats = stats.finish();
+  ProbeOptions options;
+  options.folds = 2;
+  options.shuffles = 2;
+  in.probes = {probes.run("window", options), probes.run("sequence", options)};
+  json condition = {{"condition", "full"},
+                    {"count", 10},
+                    {"strategy_as_requested", 0.5},
+                    {"strategies", {"none", "bfs", "dfs", "astar", "bidirectional", "deadend"}},
+                    {"confusion", json::array()}};
+  for (int r = 0; r < 5; ++r) condition["confusion"].push_back({r, 1, 0, 0, 0, 2});
+  in.path_eval = check_path_eval_results(json::array({condition}));
+  const auto page = html_report(in);
+  EXPECT_EQ(page, html_report(in));
+  EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(page.find("<title>planted &amp; checked</title>"), std::string::npos);
+  // Offline: no scripts, no outside resources; the only URL is the SVG namespace.
+  EXPECT_EQ(page.find("<script"), std::string::npos);
+  EXPECT_EQ(page.find("src="), std::string::npos);
+  EXPECT_EQ(count_of(page, "http"), count_of(page, "http://www.w3.org/2000/svg"));
+  // Utilisation (all, two labels), U, agreement (two labels), margins, flips, probes, confusion.
+  EXPECT_EQ(count_of(page, "<svg"), 3u + 1u + 2u + 1u + 1u + 1u + 1u);
+  EXPECT_NE(page.find("label &lt;dfs&gt;"), std::string::npos);
+  EXPECT_NE(page.find("condition: full"), std::string::npos);
+  EXPECT_NE(page.find("Flip rate"), std::string::npos);
+  // Malformed evaluation results name what is wrong.
+  auto message = [](json bad) {
+    try {
+      check_path_eval_results(bad);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message(json::object()).find("non-empty JSON array"), std::string::npos);
+  auto short_row = condition;
+  short_row["confusion"][2] = {1, 2};
+  EXPECT_NE(message(json::array({short_row})).find("condition 'full': each confusion row"),
+            std::string::npos);
+  auto negative = condition;
+  negative["confusion"][0][0] = -1;
+  EXPECT_NE(message(json::array({negative})).find("counts must be numbers >= 0"),
+            std::string::npos);
 }
 }  // namespace
 }  // namespace lol

@@ -125,6 +125,13 @@ prompt=$(sed -n 's/.*"prompt":"\([^"]*\)".*/\1/p' <<<"$line")
 generated=$(sed -n 's/.*"generated":"\([^"]*\)".*/\1/p' <<<"$line")
 expect_ok "generate with an evaluated path" "$lol" generate --model "$dir/run" --task maze --prompt "$prompt" --force "$dir/forced/permute/dfs.json" --max-tokens "$(wc -w <<<"$generated")"
 [ -n "$generated" ] && [ "$(cat "$dir/out")" = "$generated" ] && pass "path eval equals generate --force" || failed "path eval and generate --force differ"
+expect_ok "route with perturbation" "$lol" route --model "$dir/run" --task maze --size 4 --count 2 --perturb 0.05 --out "$dir/routes_p.jsonl"
+grep -q '"flipped"' "$dir/routes_p.jsonl" && pass "route file records flips" || failed "no flips recorded"
+expect_ok "report" "$lol" report "$dir/routes_p.jsonl" --eval "$dir/eval.json" --folds 2 --shuffles 2 --out "$dir/report.html"
+[ "$(grep -c '<svg' "$dir/report.html")" -ge 8 ] && ! grep -q '<script' "$dir/report.html" && pass "report pictures" || failed "report has $(grep -c '<svg' "$dir/report.html") pictures"
+echo '[{"condition":"full"}]' >"$dir/bad_eval.json"
+expect_error "report bad eval" "bad_eval.json: each path eval result needs" "$lol" report "$dir/routes.jsonl" --eval "$dir/bad_eval.json" --out "$dir/r.html"
+[ ! -e "$dir/r.html" ] && pass "a failed report writes no file" || failed "a failed report left a file"
 expect_error "path eval wrong task" "label 'astar' names no sudoku strategy" "$lol" path eval --model "$dir/run" --task sudoku --paths "$dir/paths" --count 1
 expect_error "path eval bad intervention" "--interventions item must be one of" "$lol" path eval --model "$dir/run" --task maze --size 4 --paths "$dir/paths" --interventions full,swap
 printf 'fr\t1,oops\n' >"$dir/bad.tsv"

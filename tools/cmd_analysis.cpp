@@ -1,14 +1,16 @@
-// lol route | path extract | stats | probe | eval: read the routes a model takes over labelled
-// sequences, the mode path of each label, what the routes encode, and what forcing them does
-// (docs/analysis.md).
+// lol route | path extract | stats | probe | eval | report: read the routes a model takes over
+// labelled sequences, the mode path of each label, what the routes encode, and what forcing them
+// does (docs/analysis.md).
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "analysis/path_eval.h"
 #include "analysis/paths.h"
 #include "analysis/probes.h"
+#include "analysis/report.h"
 #include "analysis/routes.h"
 #include "analysis/stats.h"
 #include "commands.h"
@@ -26,6 +28,7 @@ void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     int64_t count = 100, batch_size = 16;
     uint64_t seed = 0;
     int size = 8;
+    double perturb = 0;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "model or training run directory")->required();
@@ -35,13 +38,18 @@ void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   cmd->add_option("--count", o->count, "task: puzzles (each gives five sequences)")
       ->capture_default_str()
       ->check(at_least(1));
-  cmd->add_option("--seed", o->seed, "task: generator seed")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "task generator and perturbation seed")->capture_default_str();
   cmd->add_option("--size", o->size, "task maze: side n")->capture_default_str();
   cmd->add_option("--data", o->data,
                   "labelled set: a TSV file of label<TAB>comma-separated ids per line");
   cmd->add_option("--batch-size", o->batch_size, "sequences per forward pass")
       ->capture_default_str()
       ->check(at_least(1));
+  cmd->add_option("--perturb", o->perturb,
+                  "also route each window's router input plus noise of this relative size "
+                  "(eps * rms of the input) and record whether the choice flips")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--out", o->out, "route file (JSON lines, docs/analysis.md)")->required();
   commands.emplace_back(cmd, [o] {
     LOL_CHECK(o->task.empty() != o->data.empty(), "give exactly one of --task and --data");
@@ -51,13 +59,15 @@ void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     auto source = o->task.empty() ? tsv_sequences(o->data, config.vocab_size)
                                   : task_sequences(o->task, o->size, o->count, o->seed);
     RouteFileHeader header{resolve_model_dir(o->model), source->describe(), config.core_depth,
-                           config.library_size, source->size()};
+                           config.library_size,         source->size(),     o->perturb};
     AtomicWriter out(o->out);
     out.write(header.to_json().dump() + "\n");
     Progress progress("route", source->size());
     install_interrupt_handler();
     ExtractOptions options;
     options.batch_size = o->batch_size;
+    options.perturbation = o->perturb;
+    options.seed = o->seed;
     options.on_progress = [&](int64_t done) {
       progress.update(done, "sequences");
       LOL_CHECK(!interrupt_requested(), "interrupted; ", o->out, " was not written");
@@ -302,6 +312,56 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
   });
 
   add_path_eval_command(path, commands);
+}
+
+void add_report_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
+  struct Opts {
+    std::string routes, eval, title, out;
+    ProbeOptions probe;
+  };
+  auto o = std::make_shared<Opts>();
+  o->probe.shuffles = 19;
+  auto* cmd = app.add_subcommand(
+      "report",
+      "one self-contained HTML page: route statistics, probes and forced-path results "
+      "as pictures with their numbers");
+  cmd->add_option("routes", o->routes, "route file written by lol route")->required();
+  cmd->add_option("--eval", o->eval, "results of lol path eval --json to include");
+  cmd->add_option("--title", o->title, "page title (default: the route file's source)");
+  cmd->add_option("--folds", o->probe.folds, "probe cross-validation folds")
+      ->capture_default_str()
+      ->check(at_least(2));
+  cmd->add_option("--shuffles", o->probe.shuffles, "probe label permutations for the control")
+      ->capture_default_str()
+      ->check(at_least(0));
+  cmd->add_option("--out", o->out, "HTML file to write")->required();
+  commands.emplace_back(cmd, [o] {
+    ReportInputs in;
+    std::unique_ptr<RouteStatsBuilder> stats;
+    std::unique_ptr<ProbeData> probes;
+    std::set<std::string> labels;
+    read_route_file(
+        o->routes,
+        [&](const RouteFileHeader& h) {
+          in.header = h;
+          stats = std::make_unique<RouteStatsBuilder>(h.core_depth, h.library_size);
+          probes = std::make_unique<ProbeData>(h.core_depth, h.library_size);
+        },
+        [&](const SequenceRoutes& s) {
+          stats->add(s);
+          probes->add(s);
+          labels.insert(s.label);
+        });
+    in.stats = stats->finish();
+    if (labels.size() >= 2 && probes->sequences() >= o->probe.folds)
+      for (const char* level : {"window", "sequence"})
+        in.probes.push_back(probes->run(level, o->probe));
+    if (!o->eval.empty()) in.path_eval = read_json_file(o->eval, check_path_eval_results);
+    in.title = o->title.empty() ? "Routing analysis: " + in.header.source : o->title;
+    write_file_atomic(o->out, html_report(in));
+    std::cout << "wrote " << o->out << " (" << in.stats.sequences << " sequences"
+              << (in.path_eval.is_null() ? "" : ", forced-path results") << ")\n";
+  });
 }
 
 }  // namespace lol::cli

@@ -31,6 +31,7 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
 void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
+void add_report_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 
 // --config FILE or --preset NAME with --set overrides: how init, info and train name a model.
 struct ModelFlags {

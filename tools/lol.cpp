@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   lol::cli::add_task_command(app, commands);
   lol::cli::add_route_command(app, commands);
   lol::cli::add_path_command(app, commands);
+  lol::cli::add_report_command(app, commands);
   lol::cli::add_bench_command(app, commands);
   try {
     app.parse(argc, argv);

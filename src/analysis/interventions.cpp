@@ -10,10 +10,14 @@ namespace lol {
 template <>
 const std::vector<std::pair<Intervention, const char*>>& enum_names<Intervention>() {
   static const std::vector<std::pair<Intervention, const char*>> names = {
-      {Intervention::kDescriptor, "descriptor"}, {Intervention::kFiller, "filler"},
-      {Intervention::kFull, "full"},             {Intervention::kExpertOnly, "id"},
-      {Intervention::kGateOnly, "gate"},         {Intervention::kPermute, "permute"},
-      {Intervention::kRandom, "random"},         {Intervention::kDepths, "depths"}};
+      {Intervention::kDescriptor, "descriptor"},
+      {Intervention::kFiller, "filler"},
+      {Intervention::kFull, "full"},
+      {Intervention::kExpertOnly, "id"},
+      {Intervention::kGateOnly, "gate"},
+      {Intervention::kPermute, "permute"},
+      {Intervention::kRandom, "random"},
+      {Intervention::kDepths, "depths"}};
   return names;
 }
 
@@ -33,8 +37,12 @@ ForcedPath keep_only(const ForcedPath& path, bool experts, bool gates) {
 
 }  // namespace
 
-ForcedPath experts_only(const ForcedPath& path) { return keep_only(path, true, false); }
-ForcedPath gates_only(const ForcedPath& path) { return keep_only(path, false, true); }
+ForcedPath experts_only(const ForcedPath& path) {
+  return keep_only(path, true, false);
+}
+ForcedPath gates_only(const ForcedPath& path) {
+  return keep_only(path, false, true);
+}
 
 ForcedPath permute_depths(const ForcedPath& path, uint64_t seed) {
   std::vector<int64_t> depths;

@@ -25,14 +25,15 @@ std::vector<LabelledPath> load_task_paths(const std::string& dir, tasks::Kind ki
                 "a mode path needs a \"label\" (lol path extract writes it)");
       p.label = object["label"].get<std::string>();
       p.strategy = tasks::strategy_by_name(kind, p.label);
-      LOL_CHECK(p.strategy > 0, "label '", p.label, "' names no ", tasks::kind_name(kind),
-                " strategy (", [&] {
-                  std::string names;
-                  for (int s = 1; s <= 5; ++s)
-                    names += (s > 1 ? ", " : "") + std::string(tasks::strategy_name(kind, s));
-                  return names;
-                }(),
-                ")");
+      LOL_CHECK(
+          p.strategy > 0, "label '", p.label, "' names no ", tasks::kind_name(kind), " strategy (",
+          [&] {
+            std::string names;
+            for (int s = 1; s <= 5; ++s)
+              names += (s > 1 ? ", " : "") + std::string(tasks::strategy_name(kind, s));
+            return names;
+          }(),
+          ")");
       p.path = ForcedPath::from_json(object);
       p.path.validate(core_depth, library_size);
       return p;
@@ -70,9 +71,9 @@ json ConditionResult::to_json(tasks::Kind kind) const {
   j["condition"] = condition.name();
   if (condition.intervention == Intervention::kDepths) {
     j["depths"] = {condition.first_depth, condition.last_depth};
-    j["donor_followed"] = summary.count ? static_cast<double>(donor_followed) /
-                                              static_cast<double>(summary.count)
-                                        : 0.0;
+    j["donor_followed"] =
+        summary.count ? static_cast<double>(donor_followed) / static_cast<double>(summary.count)
+                      : 0.0;
   }
   return j;
 }
@@ -82,16 +83,16 @@ std::string path_eval_table(const std::vector<ConditionResult>& results) {
   out << std::fixed << std::setprecision(3) << std::left << std::setw(14) << "condition"
       << std::right << std::setw(7) << "count" << std::setw(13) << "as_requested" << std::setw(8)
       << "legal" << std::setw(10) << "faithful" << std::setw(8) << "answer" << std::setw(8)
-      << "donor" << "\n";
+      << "donor"
+      << "\n";
   for (const auto& r : results) {
     const auto& s = r.summary;
-    out << std::left << std::setw(14) << r.condition.name() << std::right << std::setw(7)
-        << s.count << std::setw(13) << s.strategy_as_requested << std::setw(8) << s.trace_legal
+    out << std::left << std::setw(14) << r.condition.name() << std::right << std::setw(7) << s.count
+        << std::setw(13) << s.strategy_as_requested << std::setw(8) << s.trace_legal
         << std::setw(10) << s.trace_rule_faithful << std::setw(8) << s.answer_correct;
     if (r.condition.intervention == Intervention::kDepths)
       out << std::setw(8)
-          << (s.count ? static_cast<double>(r.donor_followed) / static_cast<double>(s.count)
-                      : 0.0);
+          << (s.count ? static_cast<double>(r.donor_followed) / static_cast<double>(s.count) : 0.0);
     out << "\n";
   }
   return out.str();
@@ -153,9 +154,9 @@ std::vector<ConditionResult> evaluate_paths(LanguageModel& model, torch::Device 
       const auto seq = source.sequence(i * 5 + s - 1);
       d[s] = seq.descriptor;
       if (s == 1) questions.push_back(seq.question);
-      budget = std::max<int64_t>(budget, static_cast<int64_t>(seq.tokens().size()) -
-                                             (2 + static_cast<int64_t>(seq.question.size() +
-                                                                       seq.descriptor.size())));
+      budget = std::max<int64_t>(
+          budget, static_cast<int64_t>(seq.tokens().size()) -
+                      (2 + static_cast<int64_t>(seq.question.size() + seq.descriptor.size())));
     }
     descriptors.push_back(std::move(d));
   }
@@ -174,14 +175,13 @@ std::vector<ConditionResult> evaluate_paths(LanguageModel& model, torch::Device 
     std::vector<Generation> generations;
     for (size_t j = 0; j < paths.size(); ++j) {
       const auto& label = paths[j];
-      const auto force =
-          condition_path(condition, paths, j, config.library_size, options.seed);
+      const auto force = condition_path(condition, paths, j, config.library_size, options.seed);
       std::vector<Prompt> prompts;
       for (int64_t i = 0; i < options.count; ++i)
-        prompts.push_back(task_eval_prompt(
-            options.kind, questions[i],
-            condition.intervention == Intervention::kDescriptor ? descriptors[i][label.strategy]
-                                                                : filler));
+        prompts.push_back(task_eval_prompt(options.kind, questions[i],
+                                           condition.intervention == Intervention::kDescriptor
+                                               ? descriptors[i][label.strategy]
+                                               : filler));
       BatchOptions batching;
       batching.max_batch = options.max_batch;
       if (options.on_sample) batching.on_finish = [&](int64_t) { options.on_sample(); };

@@ -73,11 +73,10 @@ Prompt task_eval_prompt(tasks::Kind kind, const tasks::Tokens& question,
 // Runs every condition for every label on `count` held-out problems, greedy, stopping at
 // <eos>. The path forced for a condition is exactly what `lol generate --force` would read
 // from the transformed path, so a generation here equals that command's output.
-std::vector<ConditionResult> evaluate_paths(LanguageModel& model, torch::Device device,
-                                            const std::vector<LabelledPath>& paths,
-                                            const std::vector<EvalCondition>& conditions,
-                                            const PathEvalOptions& options,
-                                            const std::function<void(const EvalSample&)>& sink = {});
+std::vector<ConditionResult> evaluate_paths(
+    LanguageModel& model, torch::Device device, const std::vector<LabelledPath>& paths,
+    const std::vector<EvalCondition>& conditions, const PathEvalOptions& options,
+    const std::function<void(const EvalSample&)>& sink = {});
 
 // The path a condition forces for label `index` (null for descriptor and filler).
 std::optional<ForcedPath> condition_path(const EvalCondition& condition,

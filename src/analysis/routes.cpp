@@ -112,6 +112,7 @@ json SequenceRoutes::to_json() const {
     j.erase("sequence");  // the line's
     j["prompt"] = w.prompt;
     j["router_only"] = w.router_only;
+    if (w.flipped) j["flipped"] = *w.flipped;
     windows_json.push_back(std::move(j));
   }
   return {{"sequence", sequence},
@@ -140,18 +141,24 @@ SequenceRoutes SequenceRoutes::from_json(const json& object) {
               "routes: a window's \"prompt\" must be true or false");
     route.prompt = w["prompt"].get<bool>();
     route.router_only = integer_field(w, "router_only", "routes: a window");
+    if (w.contains("flipped")) {
+      LOL_CHECK(w["flipped"].is_boolean(), "routes: a window's \"flipped\" must be true or false");
+      route.flipped = w["flipped"].get<bool>();
+    }
     s.windows.push_back(std::move(route));
   }
   return s;
 }
 
 json RouteFileHeader::to_json() const {
-  return {{"lol_routes", 1},
-          {"model", model},
-          {"source", source},
-          {"core_depth", core_depth},
-          {"library_size", library_size},
-          {"sequences", sequences}};
+  json j = {{"lol_routes", 1},
+            {"model", model},
+            {"source", source},
+            {"core_depth", core_depth},
+            {"library_size", library_size},
+            {"sequences", sequences}};
+  if (perturbation > 0) j["perturbation"] = perturbation;
+  return j;
 }
 
 RouteFileHeader RouteFileHeader::from_json(const json& object) {
@@ -167,8 +174,36 @@ RouteFileHeader RouteFileHeader::from_json(const json& object) {
   h.sequences = integer_field(object, "sequences", "route file header");
   LOL_CHECK(h.core_depth > 0 && h.library_size > 0,
             "route file header: core_depth and library_size must be > 0");
+  if (object.contains("perturbation")) {
+    LOL_CHECK(object["perturbation"].is_number() && object["perturbation"].get<double>() >= 0,
+              "route file header: \"perturbation\" must be a number >= 0");
+    h.perturbation = object["perturbation"].get<double>();
+  }
   return h;
 }
+
+namespace {
+
+// Per window of one depth: 1 where routing r + eps * rms(r) * z (unforced, with the balancing
+// bias) picks another expert than the router picked for r. Empty when eps is 0.
+std::vector<uint8_t> flips(const WindowRouting& routing, const RouteDecisions& decisions,
+                           const std::vector<RouteRecord>& records, const ExtractOptions& options,
+                           at::Generator& generator) {
+  if (options.perturbation <= 0 || records.empty()) return {};
+  const auto& r = decisions.router_inputs;
+  const auto z = at::normal(0.0, 1.0, r.sizes(), generator).to(r.device(), r.scalar_type());
+  const auto rms = r.pow(2).mean(1, /*keepdim=*/true).sqrt();
+  std::vector<int64_t> ordinals;
+  for (const auto& record : records) ordinals.push_back(record.window);
+  const auto moved =
+      routing.route(r + options.perturbation * rms * z, decisions.depth, ordinals, nullptr);
+  std::vector<uint8_t> out(records.size());
+  for (size_t w = 0; w < records.size(); ++w)
+    out[w] = moved.router_choice[w] != decisions.router_choice[w];
+  return out;
+}
+
+}  // namespace
 
 void extract_routes(LanguageModel& model, LabelledSource& source, const ExtractOptions& options,
                     const std::function<void(SequenceRoutes&&)>& sink) {
@@ -176,9 +211,12 @@ void extract_routes(LanguageModel& model, LabelledSource& source, const ExtractO
   LOL_CHECK(routing, "route extraction needs a core that routes windows (family lol); this is a ",
             enum_name(model->config().family), " model");
   LOL_CHECK(options.batch_size > 0, "the batch size must be > 0, got ", options.batch_size);
+  LOL_CHECK(options.perturbation >= 0 && std::isfinite(options.perturbation),
+            "the perturbation must be >= 0, got ", options.perturbation);
   torch::NoGradGuard no_grad;
   model->eval();
   const auto device = model->parameters().front().device();
+  auto generator = at::detail::createCPUGenerator(options.seed);
   const auto& c = model->config();
   int64_t done = 0;
   for (;;) {
@@ -204,18 +242,23 @@ void extract_routes(LanguageModel& model, LabelledSource& source, const ExtractO
       out[i].length = static_cast<int64_t>(batch[i].sequence.tokens.size());
       out[i].prompt_len = layout.documents()[i].prompt_len;
     }
-    for (const auto& depth : result.routes)
-      for (auto& record : depth.records(&layout)) {
+    for (const auto& depth : result.routes) {
+      auto records = depth.records(&layout);
+      const auto flipped = flips(*routing, depth, records, options, generator);
+      for (size_t r = 0; r < records.size(); ++r) {
+        auto& record = records[r];
         auto& s = out[static_cast<size_t>(record.sequence)];
         const auto& ro = batch[static_cast<size_t>(record.sequence)].sequence.router_only;
         WindowRoute w;
         w.prompt = s.prompt_len > 0 && record.window == 0;
         for (int64_t p : ro)
           w.router_only += p >= record.position && p < record.position + record.length;
+        if (!flipped.empty()) w.flipped = flipped[r] != 0;
         record.sequence = s.sequence;
         w.route = std::move(record);
         s.windows.push_back(std::move(w));
       }
+    }
     for (auto& s : out) sink(std::move(s));
     done += static_cast<int64_t>(batch.size());
     if (options.on_progress) options.on_progress(done);

@@ -41,6 +41,9 @@ struct WindowRoute {
   RouteRecord route;        // depth, window ordinal, position, length, expert, gate, probs, margin
   bool prompt = false;      // the prompt window (ordinal 0 of a sequence with P > 0)
   int64_t router_only = 0;  // router-only tokens in the window
+  // Whether the router's own choice (argmax of p + b) changed when its input was perturbed
+  // (ExtractOptions::perturbation); unset when not measured.
+  std::optional<bool> flipped;
 };
 
 // Every routing decision of one sequence, depth-major.
@@ -57,12 +60,17 @@ struct SequenceRoutes {
 struct RouteFileHeader {
   std::string model, source;
   int64_t core_depth = 0, library_size = 0, sequences = 0;
+  double perturbation = 0;  // relative noise of the flip measurement; 0: not measured
   json to_json() const;
   static RouteFileHeader from_json(const json& object);
 };
 
 struct ExtractOptions {
   int64_t batch_size = 16;  // sequences per forward pass
+  // > 0: each window's router input r is also routed as r + eps * rms(r) * z, z ~ N(0, I)
+  // (seeded), and WindowRoute::flipped says whether the router's choice changed.
+  double perturbation = 0;
+  uint64_t seed = 0;
   std::function<void(int64_t done)> on_progress;
 };
 

@@ -22,6 +22,10 @@ RouteStatsBuilder::RouteStatsBuilder(int64_t core_depth, int64_t library_size)
   distinct_counts_.assign(static_cast<size_t>(std::min(core_depth, library_size)) + 1, 0);
   margin_edges_ = {1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.2, 0.5, std::numeric_limits<double>::infinity()};
   margin_counts_.assign(margin_edges_.size(), 0);
+  flips_by_depth_.assign(static_cast<size_t>(core_depth), 0);
+  measured_by_depth_ = flips_by_depth_;
+  flips_by_margin_.assign(margin_edges_.size(), 0);
+  measured_by_margin_ = flips_by_margin_;
 }
 
 void RouteStatsBuilder::add(const SequenceRoutes& s) {
@@ -45,6 +49,13 @@ void RouteStatsBuilder::add(const SequenceRoutes& s) {
     size_t bin = 0;
     while (bin + 1 < margin_edges_.size() && !(w.route.margin <= margin_edges_[bin])) ++bin;
     ++margin_counts_[bin];
+    if (w.flipped) {
+      const auto l = static_cast<size_t>(w.route.depth - 1);
+      ++measured_by_depth_[l];
+      ++measured_by_margin_[bin];
+      flips_by_depth_[l] += *w.flipped;
+      flips_by_margin_[bin] += *w.flipped;
+    }
   }
   // Token paths: the expert of the window holding each token, at every depth. The path is
   // constant between window boundaries, so it is evaluated once per segment between
@@ -128,6 +139,21 @@ RouteStats RouteStatsBuilder::finish() const {
     }
   r.margin_edges = margin_edges_;
   r.margin_counts = margin_counts_;
+  auto rate = [](int64_t flips, int64_t measured) {
+    return measured > 0 ? static_cast<double>(flips) / static_cast<double>(measured) : 0.0;
+  };
+  int64_t flips = 0;
+  for (size_t l = 0; l < flips_by_depth_.size(); ++l) {
+    flips += flips_by_depth_[l];
+    r.flips_measured += measured_by_depth_[l];
+  }
+  if (r.flips_measured > 0) {
+    r.flip_rate = rate(flips, r.flips_measured);
+    for (size_t l = 0; l < flips_by_depth_.size(); ++l)
+      r.flip_rate_by_depth.push_back(rate(flips_by_depth_[l], measured_by_depth_[l]));
+    for (size_t b = 0; b < flips_by_margin_.size(); ++b)
+      r.flip_rate_by_margin.push_back(rate(flips_by_margin_[b], measured_by_margin_[b]));
+  }
   return r;
 }
 
@@ -141,19 +167,25 @@ json RouteStats::to_json() const {
   }
   json edges = json::array();
   for (double e : margin_edges) edges.push_back(std::isfinite(e) ? json(e) : json(nullptr));
-  return {{"core_depth", core_depth},
-          {"library_size", library_size},
-          {"sequences", sequences},
-          {"token_paths", token_paths},
-          {"utilisation", utilisation},
-          {"distinct_experts",
-           {{"mean", mean_distinct},
-            {"expected_uniform", expected_distinct},
-            {"mean_repeated", mean_repeated},
-            {"mean_unused", mean_unused},
-            {"share_by_count", distinct_share}}},
-          {"mode_path_agreement", agreement_json},
-          {"margins", {{"upper_edges", edges}, {"counts", margin_counts}}}};
+  json j = {{"core_depth", core_depth},
+            {"library_size", library_size},
+            {"sequences", sequences},
+            {"token_paths", token_paths},
+            {"utilisation", utilisation},
+            {"distinct_experts",
+             {{"mean", mean_distinct},
+              {"expected_uniform", expected_distinct},
+              {"mean_repeated", mean_repeated},
+              {"mean_unused", mean_unused},
+              {"share_by_count", distinct_share}}},
+            {"mode_path_agreement", agreement_json},
+            {"margins", {{"upper_edges", edges}, {"counts", margin_counts}}}};
+  if (flips_measured > 0)
+    j["flips"] = {{"measured", flips_measured},
+                  {"rate", flip_rate},
+                  {"by_depth", flip_rate_by_depth},
+                  {"by_margin_bin", flip_rate_by_margin}};
+  return j;
 }
 
 std::string RouteStats::to_text() const {
@@ -178,17 +210,26 @@ std::string RouteStats::to_text() const {
     out << "  " << label << " " << (cells.empty() ? 0.0 : sum / static_cast<double>(cells.size()))
         << "\n";
   }
+  auto bin_name = [&](size_t i) {
+    return std::isfinite(margin_edges[i]) ? "<=" + std::to_string(margin_edges[i]).substr(0, 6)
+                                          : std::string("more");
+  };
   out << "margins (top-2 of p + b):";
   int64_t total = 0;
   for (auto c : margin_counts) total += c;
-  for (size_t i = 0; i < margin_edges.size(); ++i) {
-    out << " "
-        << (std::isfinite(margin_edges[i]) ? "<=" + std::to_string(margin_edges[i]).substr(0, 6)
-                                           : "more")
-        << ":"
+  for (size_t i = 0; i < margin_edges.size(); ++i)
+    out << " " << bin_name(i) << ":"
         << (total > 0 ? static_cast<double>(margin_counts[i]) / static_cast<double>(total) : 0.0);
-  }
   out << "\n";
+  if (flips_measured > 0) {
+    out << "route flips under a perturbation of the router input: " << flip_rate << " of "
+        << flips_measured << " windows\n  by depth:";
+    for (double x : flip_rate_by_depth) out << " " << x;
+    out << "\n  by margin:";
+    for (size_t i = 0; i < margin_edges.size(); ++i)
+      if (margin_counts[i] > 0) out << " " << bin_name(i) << ":" << flip_rate_by_margin[i];
+    out << "\n";
+  }
   return out.str();
 }
 

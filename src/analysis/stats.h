@@ -30,6 +30,12 @@ struct RouteStats {
   // Top-2 margins of p + b, in bins with upper edges `margin_edges` (the last is +inf).
   std::vector<double> margin_edges;
   std::vector<int64_t> margin_counts;
+  // Route flips under a perturbation of the router input (`lol route --perturb`): of the
+  // windows measured, the share whose router choice changed, overall, per depth and per margin
+  // bin. flips_measured 0: the route file holds no measurement.
+  int64_t flips_measured = 0;
+  double flip_rate = 0;
+  std::vector<double> flip_rate_by_depth, flip_rate_by_margin;
 
   json to_json() const;
   std::string to_text() const;
@@ -54,6 +60,8 @@ class RouteStatsBuilder {
       cells_;
   std::vector<double> margin_edges_;
   std::vector<int64_t> margin_counts_;
+  // flips and windows measured, per depth and per margin bin
+  std::vector<int64_t> flips_by_depth_, measured_by_depth_, flips_by_margin_, measured_by_margin_;
 };
 
 }  // namespace lol

@@ -1,0 +1,157 @@
+// A small deterministic SVG writer (docs/analysis.md).
+#include "analysis/svg.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace lol::svg {
+namespace {
+
+std::string num(double x, int digits = 1) {
+  if (!std::isfinite(x)) return "0";
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", digits, x);
+  std::string s = buffer;
+  return s == "-0.0" || s == "-0" ? s.substr(1) : s;
+}
+
+std::string text(double x, double y, const std::string& content, const std::string& extra = "") {
+  return "<text x=\"" + num(x) + "\" y=\"" + num(y) + "\"" + (extra.empty() ? "" : " " + extra) +
+         ">" + escape(content) + "</text>\n";
+}
+
+std::string rect(double x, double y, double w, double h, const std::string& fill,
+                 const std::string& extra = "") {
+  return "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(w) + "\" height=\"" +
+         num(h) + "\" fill=\"" + fill + "\"" + (extra.empty() ? "" : " " + extra) + "/>\n";
+}
+
+std::string open(double width, double height) {
+  return "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" +
+         num(height) + "\" viewBox=\"0 0 " + num(width) + " " + num(height) +
+         "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+}
+
+double label_width(const std::vector<std::string>& labels) {
+  size_t longest = 0;
+  for (const auto& l : labels) longest = std::max(longest, l.size());
+  return 7.0 * static_cast<double>(longest) + 8;
+}
+
+}  // namespace
+
+std::string escape(const std::string& in) {
+  std::string out;
+  for (char ch : in) switch (ch) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += ch;
+    }
+  return out;
+}
+
+std::string colour(double t) {
+  // Anchors of a light-to-dark blue scale (equal steps in t).
+  static const int anchors[5][3] = {
+      {247, 251, 255}, {198, 219, 239}, {107, 174, 214}, {33, 113, 181}, {8, 48, 107}};
+  t = std::isfinite(t) ? std::clamp(t, 0.0, 1.0) : 0.0;
+  const double at = t * 4;
+  const int i = std::min(3, static_cast<int>(at));
+  const double f = at - i;
+  char buffer[8];
+  int rgb[3];
+  for (int c = 0; c < 3; ++c)
+    rgb[c] = static_cast<int>(std::lround(anchors[i][c] + f * (anchors[i + 1][c] - anchors[i][c])));
+  std::snprintf(buffer, sizeof(buffer), "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
+  return buffer;
+}
+
+std::string heatmap(const Heatmap& h) {
+  LOL_CHECK(h.values.size() == h.rows.size(), "heatmap '", h.title, "': ", h.values.size(),
+            " rows of values for ", h.rows.size(), " labels");
+  for (const auto& row : h.values)
+    LOL_CHECK(row.size() == h.columns.size(), "heatmap '", h.title, "': a row has ", row.size(),
+              " values for ", h.columns.size(), " columns");
+  // Cells as wide as the longest column label; the row title runs up the left edge.
+  const double cell_h = h.digits >= 0 ? 40 : 22;
+  const double cell = std::max(cell_h, label_width(h.columns) - 2);
+  const double left = label_width(h.rows) + 24, top = 54;
+  const double grid_w = cell * static_cast<double>(h.columns.size());
+  const double grid_h = cell_h * static_cast<double>(h.rows.size());
+  const double width = std::max(left + grid_w + 70, 7.5 * static_cast<double>(h.title.size()) + 10);
+  const double height = top + std::max(grid_h, 60.0) + 16;
+  const double span = h.max > h.min ? h.max - h.min : 1;
+  std::string out = open(width, height);
+  out += text(4, 16, h.title, "font-size=\"13\" font-weight=\"bold\"");
+  out += text(left + grid_w / 2, 34, h.column_title, "text-anchor=\"middle\" font-style=\"italic\"");
+  const double mid = top + grid_h / 2;
+  out += text(12, mid, h.row_title,
+              "text-anchor=\"middle\" font-style=\"italic\" transform=\"rotate(-90 12 " + num(mid) +
+                  ")\"");
+  for (size_t c = 0; c < h.columns.size(); ++c)
+    out += text(left + cell * (static_cast<double>(c) + 0.5), top - 5, h.columns[c],
+                "text-anchor=\"middle\"");
+  for (size_t r = 0; r < h.rows.size(); ++r) {
+    const double y = top + cell_h * static_cast<double>(r);
+    out += text(left - 6, y + cell_h / 2 + 4, h.rows[r], "text-anchor=\"end\"");
+    for (size_t c = 0; c < h.columns.size(); ++c) {
+      const double v = h.values[r][c], t = (v - h.min) / span;
+      const double x = left + cell * static_cast<double>(c);
+      out += rect(x, y, cell, cell_h, colour(t), "stroke=\"#ffffff\"");
+      if (h.digits >= 0)
+        out += text(x + cell / 2, y + cell_h / 2 + 4, num(v, h.digits),
+                    std::string("text-anchor=\"middle\" fill=\"") +
+                        (t > 0.55 ? "#ffffff" : "#000000") + "\"");
+    }
+  }
+  // The colour scale: ten steps from min (bottom) to max (top).
+  const double lx = left + grid_w + 12;
+  const double lh = std::max(60.0, grid_h);
+  for (int i = 0; i < 10; ++i)
+    out += rect(lx, top + lh * (9 - i) / 10, 12, lh / 10 + 0.5, colour((i + 0.5) / 10));
+  out += text(lx + 16, top + 8, num(h.max, 2));
+  out += text(lx + 16, top + lh, num(h.min, 2));
+  out += "</svg>\n";
+  return out;
+}
+
+std::string bar_chart(const BarChart& b) {
+  LOL_CHECK(b.labels.size() == b.values.size(), "bar chart '", b.title, "': ", b.values.size(),
+            " values for ", b.labels.size(), " labels");
+  double top_value = b.max;
+  for (double v : b.values)
+    if (b.max <= 0 && std::isfinite(v)) top_value = std::max(top_value, v);
+  if (top_value <= 0) top_value = 1;
+  const double bar = std::max(46.0, label_width(b.labels)), left = 50, top = 54, plot = 150;
+  const double width =
+      std::max({left + bar * static_cast<double>(b.values.size()) + 20,
+                7.5 * static_cast<double>(b.title.size()) + 10,
+                6.5 * static_cast<double>(b.y_title.size()) + 10});
+  const double height = top + plot + 40;
+  std::string out = open(width, height);
+  out += text(4, 16, b.title, "font-size=\"13\" font-weight=\"bold\"");
+  out += text(4, 32, b.y_title);
+  out += "<line x1=\"" + num(left) + "\" y1=\"" + num(top + plot) + "\" x2=\"" + num(width - 10) +
+         "\" y2=\"" + num(top + plot) + "\" stroke=\"#000000\"/>\n";
+  out += text(left - 4, top + 4, num(top_value, b.digits), "text-anchor=\"end\"");
+  out += text(left - 4, top + plot, "0", "text-anchor=\"end\"");
+  for (size_t i = 0; i < b.values.size(); ++i) {
+    const double v = std::isfinite(b.values[i]) ? std::clamp(b.values[i], 0.0, top_value) : 0;
+    const double h = plot * v / top_value, x = left + bar * static_cast<double>(i);
+    out += rect(x + 6, top + plot - h, bar - 12, h, colour(0.7));
+    out += text(x + bar / 2, top + plot - h - 3, num(b.values[i], b.digits),
+                "text-anchor=\"middle\" font-size=\"9\"");
+    out += text(x + bar / 2, top + plot + 14, b.labels[i], "text-anchor=\"middle\"");
+  }
+  out += "</svg>\n";
+  return out;
+}
+
+}  // namespace lol::svg

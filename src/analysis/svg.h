@@ -1,0 +1,34 @@
+#pragma once
+// A small SVG writer for the analysis report (docs/analysis.md): heatmaps with a colour scale
+// and bar charts, every number printed with fixed precision so the same data gives the same
+// bytes (testable, diffable). Text is XML-escaped; nothing refers to outside resources.
+#include <string>
+#include <vector>
+
+namespace lol::svg {
+
+// "<", "&", ">", quotes escaped for XML text and attributes.
+std::string escape(const std::string& text);
+
+// The sequential colour scale (light to dark blue) at t in [0, 1], as "#rrggbb".
+std::string colour(double t);
+
+struct Heatmap {
+  std::string title, row_title, column_title;
+  std::vector<std::string> rows, columns;  // labels
+  std::vector<std::vector<double>> values;  // [row][column]
+  double min = 0, max = 1;                  // the colour scale's range
+  int digits = 2;                           // cell text precision; < 0: no text in the cells
+};
+std::string heatmap(const Heatmap& h);
+
+struct BarChart {
+  std::string title, y_title;
+  std::vector<std::string> labels;
+  std::vector<double> values;
+  double max = 0;  // y axis top; 0: the largest value
+  int digits = 3;
+};
+std::string bar_chart(const BarChart& b);
+
+}  // namespace lol::svg
