@@ -227,6 +227,49 @@ TEST(Probes, PlantedLabelsAreReadAndTheShuffledControlIsChance) {
   EXPECT_THROW(data.run("token", options), Error);
 }
 
+// The table-2 readouts read what they are built to read: which expert wins (the frequency
+// ratio) or how sure the router is (the winning probability), and not the other.
+TEST(Probes, ReadoutsSeparateWhichExpertFromHowSure) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  // Two labels; at depth 2 label "a" wins with expert 0 and "b" with expert 1, both with the
+  // same spread of confidence; at depth 1 both labels pick expert 2, "a" sure (0.8-0.9) and "b"
+  // unsure (0.4-0.5). `which` plants only the first difference, `sure` only the second.
+  auto data = [&](bool which, bool sure) {
+    ProbeData d(2, 3);
+    for (int i = 0; i < 80; ++i) {
+      SequenceRoutes s;
+      s.label = i % 2 ? "b" : "a";
+      for (int64_t k = 0; k < 3; ++k)
+        for (int64_t l = 1; l <= 2; ++l) {
+          WindowRoute w;
+          w.route.depth = l;
+          w.route.window = k;
+          const double top =
+              l == 1 && sure ? (s.label == "a" ? 0.8 : 0.4) + 0.1 * u(rng) : 0.5 + 0.4 * u(rng);
+          int64_t best = l == 1 ? 2 : (which && s.label == "b" ? 1 : 0);
+          if (l == 2 && !which && u(rng) < 0.5) best = 1;
+          w.route.probs.assign(3, (1 - top) / 2);
+          w.route.probs[static_cast<size_t>(best)] = top;
+          s.windows.push_back(w);
+        }
+      d.add(s);
+    }
+    ProbeOptions o;
+    o.folds = 4;
+    return d.readouts(o);
+  };
+  const auto which = data(true, false), sure = data(false, true), neither = data(false, false);
+  EXPECT_EQ(which.samples, 240);
+  EXPECT_GT(which.frequency_llr, 0.99);
+  EXPECT_NEAR(which.winning_expert, 0.5, 0.1);
+  EXPECT_GT(sure.winning_expert, 0.99);
+  EXPECT_GT(sure.top1_ridge, 0.99);
+  EXPECT_NEAR(sure.frequency_llr, 0.5, 0.1);
+  for (double a : {neither.top1_ridge, neither.winning_expert, neither.frequency_llr})
+    EXPECT_NEAR(a, 0.5, 0.1);
+}
+
 TEST(Routes, ExtractionRecordsTheForwardPassRoutesAndRoundTrips) {
   auto c = testing::tiny_config();
   c.vocab_size = 160;  // the maze vocabulary

@@ -308,6 +308,11 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
                 << r.shuffled_max << "\n";
       out.push_back(r.to_json());
     }
+    const auto readouts = data->readouts(po->probe);
+    std::cout << "window-level readouts (paper table 2): top-1 ridge " << readouts.top1_ridge
+              << ", winning-expert probability " << readouts.winning_expert
+              << ", expert-frequency log-likelihood ratio " << readouts.frequency_llr << "\n";
+    out.push_back(readouts.to_json());
     if (!po->json_out.empty()) write_file_atomic(po->json_out, out.dump(2) + "\n");
   });
 
@@ -353,9 +358,11 @@ void add_report_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>
           labels.insert(s.label);
         });
     in.stats = stats->finish();
-    if (labels.size() >= 2 && probes->sequences() >= o->probe.folds)
+    if (labels.size() >= 2 && probes->sequences() >= o->probe.folds) {
       for (const char* level : {"window", "sequence"})
         in.probes.push_back(probes->run(level, o->probe));
+      in.readouts = probes->readouts(o->probe);
+    }
     if (!o->eval.empty()) in.path_eval = read_json_file(o->eval, check_path_eval_results);
     in.title = o->title.empty() ? "Routing analysis: " + in.header.source : o->title;
     write_file_atomic(o->out, html_report(in));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -102,6 +103,15 @@ double ridge_predict(const std::vector<double>& model, const double* row, int64_
   return out;
 }
 
+json ReadoutResult::to_json() const {
+  auto number = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+  return {{"level", "window"},
+          {"samples", samples},
+          {"top1_ridge", number(top1_ridge)},
+          {"winning_expert_probability", number(winning_expert)},
+          {"expert_frequency_llr", number(frequency_llr)}};
+}
+
 json ProbeResult::to_json() const {
   auto number = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
   json per_label = json::object();
@@ -147,30 +157,18 @@ void ProbeData::add(const SequenceRoutes& s) {
   }
 }
 
-ProbeResult ProbeData::run(const std::string& level, const ProbeOptions& o) const {
-  LOL_CHECK(level == "window" || level == "sequence",
-            "probe level must be window or sequence, got '", level, "'");
+std::vector<int64_t> ProbeData::assign_folds(const ProbeOptions& o, std::vector<std::string>* names,
+                                             std::mt19937_64& rng) const {
   LOL_CHECK(o.folds >= 2, "probes need at least 2 folds, got ", o.folds);
   const int64_t n_sequences = sequences();
   LOL_CHECK(n_sequences >= o.folds, "probes need at least as many sequences (", n_sequences,
             ") as folds (", o.folds, ")");
-  std::vector<std::string> names = labels_;
-  std::sort(names.begin(), names.end());
-  names.erase(std::unique(names.begin(), names.end()), names.end());
-  LOL_CHECK(names.size() >= 2, "probes need at least two labels, got ", names.size());
-  const bool windows = level == "window";
-  const auto& features = windows ? window_features_ : sequence_features_;
-  const int64_t columns = depth_ * library_, rows = static_cast<int64_t>(features.size());
-  auto sequence_of = [&](int64_t r) {
-    return windows ? window_sequence_[static_cast<size_t>(r)] : r;
-  };
-
-  // Folds by sequence, stratified by label (each label dealt round-robin over the folds in a
-  // seeded order); one Gram matrix per fold (X does not change when the labels are shuffled,
-  // only X^T y does).
+  *names = labels_;
+  std::sort(names->begin(), names->end());
+  names->erase(std::unique(names->begin(), names->end()), names->end());
+  LOL_CHECK(names->size() >= 2, "probes need at least two labels, got ", names->size());
   std::vector<int64_t> order(static_cast<size_t>(n_sequences));
   std::iota(order.begin(), order.end(), 0);
-  std::mt19937_64 rng(o.seed);
   std::shuffle(order.begin(), order.end(), rng);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
     return labels_[static_cast<size_t>(a)] < labels_[static_cast<size_t>(b)];
@@ -178,6 +176,24 @@ ProbeResult ProbeData::run(const std::string& level, const ProbeOptions& o) cons
   std::vector<int64_t> fold_of_sequence(static_cast<size_t>(n_sequences));
   for (int64_t i = 0; i < n_sequences; ++i)
     fold_of_sequence[static_cast<size_t>(order[static_cast<size_t>(i)])] = i % o.folds;
+  return fold_of_sequence;
+}
+
+ProbeResult ProbeData::run(const std::string& level, const ProbeOptions& o) const {
+  LOL_CHECK(level == "window" || level == "sequence",
+            "probe level must be window or sequence, got '", level, "'");
+  std::vector<std::string> names;
+  std::mt19937_64 rng(o.seed);
+  const auto fold_of_sequence = assign_folds(o, &names, rng);
+  const bool windows = level == "window";
+  const auto& features = windows ? window_features_ : sequence_features_;
+  const int64_t columns = depth_ * library_, rows = static_cast<int64_t>(features.size());
+  auto sequence_of = [&](int64_t r) {
+    return windows ? window_sequence_[static_cast<size_t>(r)] : r;
+  };
+
+  // One Gram matrix per fold (X does not change when the labels are shuffled, only X^T y
+  // does).
   const int64_t n = columns + 1;
   std::vector<std::vector<double>> fold_gram(static_cast<size_t>(o.folds),
                                              std::vector<double>(static_cast<size_t>(n * n), 0.0));
@@ -266,6 +282,124 @@ ProbeResult ProbeData::run(const std::string& level, const ProbeOptions& o) cons
                                         : std::numeric_limits<double>::quiet_NaN();
   if (o.shuffles == 0) result.shuffled_max = std::numeric_limits<double>::quiet_NaN();
   return result;
+}
+
+ReadoutResult ProbeData::readouts(const ProbeOptions& o) const {
+  std::vector<std::string> names;
+  std::mt19937_64 rng(o.seed);
+  const auto fold_of_sequence = assign_folds(o, &names, rng);
+  const auto rows = window_features_.size();
+  const auto D = static_cast<size_t>(depth_), L = static_cast<size_t>(library_);
+  // Per window sample and depth: the winning expert's probability and its id (-1 where the
+  // sequence has no window at this ordinal and depth: all probabilities 0).
+  std::vector<double> top(rows * D, 0.0);
+  std::vector<int64_t> winner(rows * D, -1);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t l = 0; l < D; ++l) {
+      const double* p = window_features_[r].data() + l * L;
+      const auto best = static_cast<size_t>(std::max_element(p, p + L) - p);
+      if (p[best] <= 0) continue;
+      top[r * D + l] = p[best];
+      winner[r * D + l] = static_cast<int64_t>(best);
+    }
+  auto fold_of = [&](size_t r) {
+    return fold_of_sequence[static_cast<size_t>(window_sequence_[r])];
+  };
+  // AUROC of `score` over the rows of fold f (held out) or of every other fold (training).
+  auto fold_auroc = [&](const std::function<double(size_t)>& score,
+                        const std::vector<uint8_t>& positive, int64_t f, bool held_out) {
+    std::vector<double> scores;
+    std::vector<uint8_t> labels;
+    for (size_t r = 0; r < rows; ++r)
+      if ((fold_of(r) == f) == held_out) {
+        scores.push_back(score(r));
+        labels.push_back(positive[r]);
+      }
+    return auroc(scores, labels);
+  };
+  // Macro over labels (one label of two) of the mean over folds of the held-out AUROC of the
+  // scorer `fit` builds from training fold f.
+  using Scorer = std::function<double(size_t)>;
+  auto cross_validate =
+      [&](const std::function<Scorer(const std::vector<uint8_t>&, int64_t)>& fit) {
+        double sum = 0;
+        int counted = 0;
+        for (const auto& name : names) {
+          std::vector<uint8_t> positive(rows);
+          for (size_t r = 0; r < rows; ++r)
+            positive[r] = labels_[static_cast<size_t>(window_sequence_[r])] == name;
+          double fold_sum = 0;
+          int folds = 0;
+          for (int64_t f = 0; f < o.folds; ++f) {
+            const double a = fold_auroc(fit(positive, f), positive, f, /*held_out=*/true);
+            if (std::isfinite(a)) {
+              fold_sum += a;
+              ++folds;
+            }
+          }
+          if (folds > 0) {
+            sum += fold_sum / folds;
+            ++counted;
+          }
+          if (names.size() == 2) break;
+        }
+        return counted > 0 ? sum / counted : std::numeric_limits<double>::quiet_NaN();
+      };
+
+  ReadoutResult out;
+  out.samples = static_cast<int64_t>(rows);
+  out.top1_ridge = cross_validate([&](const std::vector<uint8_t>& positive, int64_t f) -> Scorer {
+    std::vector<double> x, y;
+    for (size_t r = 0; r < rows; ++r)
+      if (fold_of(r) != f) {
+        x.insert(x.end(), top.begin() + static_cast<std::ptrdiff_t>(r * D),
+                 top.begin() + static_cast<std::ptrdiff_t>((r + 1) * D));
+        y.push_back(positive[r]);
+      }
+    auto model = ridge_fit(x, depth_, y, o.lambda);
+    return [&top, D, model](size_t r) { return ridge_predict(model, top.data() + r * D, D); };
+  });
+  out.winning_expert =
+      cross_validate([&](const std::vector<uint8_t>& positive, int64_t f) -> Scorer {
+        size_t best_depth = 0;
+        double best = -1, sign = 1;
+        for (size_t l = 0; l < D; ++l)
+          for (double s : {1.0, -1.0}) {
+            const double a = fold_auroc([&](size_t r) { return s * top[r * D + l]; }, positive, f,
+                                        /*held_out=*/false);
+            if (std::isfinite(a) && a > best) {
+              best = a;
+              best_depth = l;
+              sign = s;
+            }
+          }
+        return [&top, D, best_depth, sign](size_t r) { return sign * top[r * D + best_depth]; };
+      });
+  out.frequency_llr =
+      cross_validate([&](const std::vector<uint8_t>& positive, int64_t f) -> Scorer {
+        // counts[class][depth][expert] over training rows, add-one smoothed.
+        std::vector<double> counts(2 * D * L, 1.0), totals(2 * D, static_cast<double>(L));
+        for (size_t r = 0; r < rows; ++r)
+          if (fold_of(r) != f)
+            for (size_t l = 0; l < D; ++l)
+              if (winner[r * D + l] >= 0) {
+                const size_t c = positive[r] ? 1 : 0;
+                counts[(c * D + l) * L + static_cast<size_t>(winner[r * D + l])] += 1;
+                totals[c * D + l] += 1;
+              }
+        return [&winner, D, L, counts, totals](size_t r) {
+          double llr = 0;
+          for (size_t l = 0; l < D; ++l) {
+            const int64_t e = winner[r * D + l];
+            if (e < 0) continue;
+            const auto m = static_cast<size_t>(e);
+            llr += std::log(counts[(D + l) * L + m] / totals[D + l]) -
+                   std::log(counts[l * L + m] / totals[l]);
+          }
+          return llr;
+        };
+      });
+  return out;
 }
 
 }  // namespace lol

@@ -7,6 +7,7 @@
 // label-shuffling control. Folds split by sequence (never between windows of one sequence),
 // stratified by label.
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,18 @@ struct ProbeResult {
   json to_json() const;
 };
 
+// The simpler readouts of the paper's table 2 at window level, each cross-validated on the
+// probes' folds (AUROC within each held-out fold, averaged; one-vs-rest, macro over labels):
+struct ReadoutResult {
+  int64_t samples = 0;
+  double top1_ridge = 0;      // ridge on the winning expert's probability at every depth
+  double winning_expert = 0;  // that probability at one depth, ranked directly; the depth and
+                              // the sign chosen by AUROC on the training folds
+  double frequency_llr = 0;   // sum over depths of log P(winning expert | label) / P(... | rest),
+                              // frequencies with add-one smoothing from the training folds
+  json to_json() const;
+};
+
 // Collects the features of a route file's sequences, then runs both probes.
 class ProbeData {
  public:
@@ -48,8 +61,13 @@ class ProbeData {
   int64_t sequences() const { return static_cast<int64_t>(labels_.size()); }
   // level: "window" or "sequence". Needs at least two labels and `folds` sequences.
   ProbeResult run(const std::string& level, const ProbeOptions& options) const;
+  ReadoutResult readouts(const ProbeOptions& options) const;
 
  private:
+  // Folds by sequence, stratified by label (each label dealt round-robin over the folds in a
+  // seeded order): the fold of every sequence. Checks the data holds what probes need.
+  std::vector<int64_t> assign_folds(const ProbeOptions& options, std::vector<std::string>* names,
+                                    std::mt19937_64& rng) const;
   int64_t depth_, library_;
   std::vector<std::string> labels_;                     // per sequence
   std::vector<std::vector<double>> sequence_features_;  // per sequence: D x L mean probabilities

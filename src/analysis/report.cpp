@@ -71,13 +71,13 @@ std::string paths_section(const RouteStats& s) {
   b.y_title = "share of token paths";
   b.labels = numbered("U=", s.distinct_share.size(), 1);
   b.values = s.distinct_share;
-  out += figure(svg::bar_chart(b),
-                "Mean U " + fixed(s.mean_distinct, 3) + " against " +
-                    fixed(s.expected_distinct, 3) +
-                    " for independent uniform choices, E[U] = L(1 - (1 - 1/L)^D) with L " +
-                    std::to_string(s.library_size) + ", D " + std::to_string(s.core_depth) +
-                    "; " + std::to_string(s.token_paths) + " token paths. Repeated " +
-                    fixed(s.mean_repeated, 3) + ", unused " + fixed(s.mean_unused, 3) + ".");
+  out +=
+      figure(svg::bar_chart(b),
+             "Mean U " + fixed(s.mean_distinct, 3) + " against " + fixed(s.expected_distinct, 3) +
+                 " for independent uniform choices, E[U] = L(1 - (1 - 1/L)^D) with L " +
+                 std::to_string(s.library_size) + ", D " + std::to_string(s.core_depth) + "; " +
+                 std::to_string(s.token_paths) + " token paths. Repeated " +
+                 fixed(s.mean_repeated, 3) + ", unused " + fixed(s.mean_unused, 3) + ".");
   return out;
 }
 
@@ -109,8 +109,7 @@ std::string agreement_section(const RouteStats& s) {
 std::string margins_section(const RouteStats& s) {
   std::string out = "<h2>Routing margins</h2>\n";
   std::vector<std::string> labels;
-  for (double e : s.margin_edges)
-    labels.push_back(std::isfinite(e) ? "≤" + shortest(e) : "more");
+  for (double e : s.margin_edges) labels.push_back(std::isfinite(e) ? "≤" + shortest(e) : "more");
   std::vector<double> shares;
   int64_t total = 0;
   for (auto c : s.margin_counts) total += c;
@@ -141,7 +140,8 @@ std::string margins_section(const RouteStats& s) {
   return out;
 }
 
-std::string probes_section(const std::vector<ProbeResult>& probes) {
+std::string probes_section(const std::vector<ProbeResult>& probes,
+                           const std::optional<ReadoutResult>& readouts) {
   if (probes.empty())
     return "<h2>Probes</h2>\n<p>Not run: the route file holds a single label.</p>\n";
   std::string out = "<h2>Probes: what the router's probabilities encode</h2>\n";
@@ -161,6 +161,14 @@ std::string probes_section(const std::vector<ProbeResult>& probes) {
   out += figure(svg::bar_chart(b),
                 "Each level's AUROC beside the mean of its label-shuffled control.");
   out += table({"level", "samples", "features", "AUROC", "shuffled mean", "shuffled max"}, rows);
+  if (readouts)
+    out += "<p>Simpler window-level readouts (paper table 2), cross-validated AUROC:</p>\n" +
+           table({"readout", "AUROC"},
+                 {{"top-1 ridge (winning-expert probability at every depth)",
+                   fixed(readouts->top1_ridge, 4)},
+                  {"single winning-expert probability (depth and sign from training folds)",
+                   fixed(readouts->winning_expert, 4)},
+                  {"expert-frequency log-likelihood ratio", fixed(readouts->frequency_llr, 4)}});
   return out;
 }
 
@@ -178,8 +186,8 @@ std::string eval_section(const json& eval) {
                     fixed(number("trace_rule_faithful"), 3), fixed(number("answer_correct"), 3),
                     c.contains("donor_followed") ? fixed(number("donor_followed"), 3) : ""});
   }
-  out += table({"condition", "count", "as requested", "legal", "faithful", "answer", "donor"},
-               rows);
+  out +=
+      table({"condition", "count", "as requested", "legal", "faithful", "answer", "donor"}, rows);
   for (const auto& c : eval) {
     const auto names = c["strategies"].get<std::vector<std::string>>();  // none, 1..5
     const auto matrix = c["confusion"].get<std::vector<std::vector<double>>>();
@@ -195,8 +203,9 @@ std::string eval_section(const json& eval) {
     for (const auto& row : matrix)
       for (double v : row) h.max = std::max(h.max, v);
     h.digits = 0;
-    out += figure(svg::heatmap(h), "Generations per requested strategy (row) by the strategy the "
-                                   "trace followed (column; none: no strategy's exact trace).");
+    out += figure(svg::heatmap(h),
+                  "Generations per requested strategy (row) by the strategy the "
+                  "trace followed (column; none: no strategy's exact trace).");
   }
   return out;
 }
@@ -211,8 +220,7 @@ json check_path_eval_results(const json& results) {
                   c.contains("count") && c["count"].is_number_integer(),
               "each path eval result needs a \"condition\" string and a \"count\"");
     const std::string where = "condition '" + c["condition"].get<std::string>() + "': ";
-    LOL_CHECK(c.contains("strategies") && c["strategies"].is_array() &&
-                  c["strategies"].size() == 6,
+    LOL_CHECK(c.contains("strategies") && c["strategies"].is_array() && c["strategies"].size() == 6,
               where, "\"strategies\" must list 6 names (none, then 1..5)");
     for (const auto& n : c["strategies"])
       LOL_CHECK(n.is_string(), where, "\"strategies\" must hold strings");
@@ -243,9 +251,10 @@ std::string html_report(const ReportInputs& in) {
                {{in.header.model, in.header.source, std::to_string(s.sequences),
                  std::to_string(s.core_depth), std::to_string(s.library_size)}});
   out += utilisation_section(s) + paths_section(s) + agreement_section(s) + margins_section(s) +
-         probes_section(in.probes) + eval_section(in.path_eval);
-  out += "<p><small>Written by lol (docs/analysis.md explains every picture).</small></p>\n"
-         "</body>\n</html>\n";
+         probes_section(in.probes, in.readouts) + eval_section(in.path_eval);
+  out +=
+      "<p><small>Written by lol (docs/analysis.md explains every picture).</small></p>\n"
+      "</body>\n</html>\n";
   return out;
 }
 

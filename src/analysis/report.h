@@ -2,6 +2,7 @@
 // The analysis report (docs/analysis.md): one self-contained HTML file with the pictures of a
 // route file's statistics, its probes and, when given, a forced-path evaluation, each beside
 // its numbers. Inline SVG only (no scripts, no fonts, no network), deterministic bytes.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,8 @@ struct ReportInputs {
   RouteFileHeader header;
   RouteStats stats;
   std::vector<ProbeResult> probes;  // none when the set has one label
-  json path_eval;                   // `lol path eval --json` output, or null
+  std::optional<ReadoutResult> readouts;
+  json path_eval;  // `lol path eval --json` output, or null
 };
 
 std::string html_report(const ReportInputs& inputs);

@@ -47,12 +47,23 @@ double label_width(const std::vector<std::string>& labels) {
 std::string escape(const std::string& in) {
   std::string out;
   for (char ch : in) switch (ch) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += ch;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += ch;
     }
   return out;
 }
@@ -90,11 +101,12 @@ std::string heatmap(const Heatmap& h) {
   const double span = h.max > h.min ? h.max - h.min : 1;
   std::string out = open(width, height);
   out += text(4, 16, h.title, "font-size=\"13\" font-weight=\"bold\"");
-  out += text(left + grid_w / 2, 34, h.column_title, "text-anchor=\"middle\" font-style=\"italic\"");
+  out +=
+      text(left + grid_w / 2, 34, h.column_title, "text-anchor=\"middle\" font-style=\"italic\"");
   const double mid = top + grid_h / 2;
-  out += text(12, mid, h.row_title,
-              "text-anchor=\"middle\" font-style=\"italic\" transform=\"rotate(-90 12 " + num(mid) +
-                  ")\"");
+  out += text(
+      12, mid, h.row_title,
+      "text-anchor=\"middle\" font-style=\"italic\" transform=\"rotate(-90 12 " + num(mid) + ")\"");
   for (size_t c = 0; c < h.columns.size(); ++c)
     out += text(left + cell * (static_cast<double>(c) + 0.5), top - 5, h.columns[c],
                 "text-anchor=\"middle\"");
@@ -130,10 +142,9 @@ std::string bar_chart(const BarChart& b) {
     if (b.max <= 0 && std::isfinite(v)) top_value = std::max(top_value, v);
   if (top_value <= 0) top_value = 1;
   const double bar = std::max(46.0, label_width(b.labels)), left = 50, top = 54, plot = 150;
-  const double width =
-      std::max({left + bar * static_cast<double>(b.values.size()) + 20,
-                7.5 * static_cast<double>(b.title.size()) + 10,
-                6.5 * static_cast<double>(b.y_title.size()) + 10});
+  const double width = std::max({left + bar * static_cast<double>(b.values.size()) + 20,
+                                 7.5 * static_cast<double>(b.title.size()) + 10,
+                                 6.5 * static_cast<double>(b.y_title.size()) + 10});
   const double height = top + plot + 40;
   std::string out = open(width, height);
   out += text(4, 16, b.title, "font-size=\"13\" font-weight=\"bold\"");

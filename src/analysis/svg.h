@@ -15,7 +15,7 @@ std::string colour(double t);
 
 struct Heatmap {
   std::string title, row_title, column_title;
-  std::vector<std::string> rows, columns;  // labels
+  std::vector<std::string> rows, columns;   // labels
   std::vector<std::vector<double>> values;  // [row][column]
   double min = 0, max = 1;                  // the colour scale's range
   int digits = 2;                           // cell text precision; < 0: no text in the cells
