@@ -6,6 +6,7 @@
 #include "analysis/interventions.h"
 #include "analysis/path_eval.h"
 #include "analysis/paths.h"
+#include "analysis/pca.h"
 #include "analysis/probes.h"
 #include "analysis/report.h"
 #include "analysis/routes.h"
@@ -268,6 +269,63 @@ TEST(Probes, ReadoutsSeparateWhichExpertFromHowSure) {
   EXPECT_NEAR(sure.frequency_llr, 0.5, 0.1);
   for (double a : {neither.top1_ridge, neither.winning_expert, neither.frequency_llr})
     EXPECT_NEAR(a, 0.5, 0.1);
+}
+
+// PCA of paths: two labels on opposite one-hot paths lie at +-1 on one component that holds all
+// the variance; on random routes the components and variances equal an eigendecomposition of
+// the covariance by LibTorch.
+TEST(PathPcaTest, AgreesWithTheCovarianceEigendecomposition) {
+  PathPcaBuilder two(2, 2);
+  for (int i = 0; i < 20; ++i) {
+    SequenceRoutes s;
+    s.label = i % 2 ? "b" : "a";
+    for (int64_t l = 1; l <= 2; ++l) {
+      WindowRoute w;
+      w.route.depth = l;
+      w.route.expert = i % 2;
+      s.windows.push_back(w);
+    }
+    two.add(s);
+  }
+  const auto p = two.finish();
+  ASSERT_EQ(p.explained.size(), 1u);
+  EXPECT_NEAR(p.explained[0], 1.0, 1e-12);
+  for (size_t i = 0; i < p.labels.size(); ++i)
+    EXPECT_NEAR(std::abs(p.coordinates[i][0]), 1.0, 1e-9);
+  EXPECT_LT(p.coordinates[0][0] * p.coordinates[1][0], 0);
+
+  std::mt19937 rng(3);
+  const auto routes = planted_routes(rng, {{"x", {0, 1}}, {"y", {2, 3}}, {"z", {1, 1}}}, 3, 5, 30);
+  PathPcaBuilder builder(3, 5);
+  std::vector<std::vector<double>> rows;
+  for (const auto& r : routes) {
+    builder.add(r);
+    std::vector<double> row(15, 0.0), windows(3, 0.0);
+    for (const auto& w : r.windows) {
+      row[static_cast<size_t>((w.route.depth - 1) * 5 + w.route.expert)] += 1;
+      windows[static_cast<size_t>(w.route.depth - 1)] += 1;
+    }
+    for (size_t i = 0; i < 15; ++i) row[i] /= windows[i / 5];
+    rows.push_back(row);
+  }
+  const auto pca = builder.finish(3);
+  ASSERT_EQ(pca.explained.size(), 3u);
+  auto x = torch::zeros({static_cast<int64_t>(rows.size()), 15}, torch::kFloat64);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (size_t j = 0; j < 15; ++j)
+      x[static_cast<int64_t>(i)][static_cast<int64_t>(j)] = rows[i][j];
+  const auto centred = x - x.mean(0, true);
+  const auto cov = centred.t().mm(centred) / static_cast<double>(rows.size() - 1);
+  auto [values, vectors] = torch::linalg::eigh(cov, "L");  // ascending
+  const double total = cov.trace().item<double>();
+  for (int c = 0; c < 3; ++c) {
+    const int64_t k = 14 - c;
+    EXPECT_NEAR(pca.explained[static_cast<size_t>(c)], values[k].item<double>() / total, 1e-9);
+    const auto projected = centred.mv(vectors.select(1, k));
+    for (size_t i = 0; i < rows.size(); ++i)
+      EXPECT_NEAR(std::abs(pca.coordinates[i][static_cast<size_t>(c)]),
+                  std::abs(projected[static_cast<int64_t>(i)].item<double>()), 1e-7);
+  }
 }
 
 TEST(Routes, ExtractionRecordsTheForwardPassRoutesAndRoundTrips) {
@@ -648,10 +706,12 @@ TEST(Report, OneSelfContainedPageWithEveryLabelAndCondition) {
   const auto routes = planted_routes(rng, {{"bfs", {0, 3}}, {"<dfs>", {2, 1}}}, 3, 4, 20);
   RouteStatsBuilder stats(3, 4);
   ProbeData probes(3, 4);
+  PathPcaBuilder pca(3, 4);
   for (auto r : routes) {
     for (auto& w : r.windows) w.flipped = w.route.window == 0;
     stats.add(r);
     probes.add(r);
+    pca.add(r);
   }
   ReportInputs in;
   in.title = "planted & checked";
@@ -661,6 +721,8 @@ TEST(Report, OneSelfContainedPageWithEveryLabelAndCondition) {
   options.folds = 2;
   options.shuffles = 2;
   in.probes = {probes.run("window", options), probes.run("sequence", options)};
+  in.readouts = probes.readouts(options);
+  in.pca = pca.finish();
   json condition = {{"condition", "full"},
                     {"count", 10},
                     {"strategy_as_requested", 0.5},
@@ -676,8 +738,10 @@ TEST(Report, OneSelfContainedPageWithEveryLabelAndCondition) {
   EXPECT_EQ(page.find("<script"), std::string::npos);
   EXPECT_EQ(page.find("src="), std::string::npos);
   EXPECT_EQ(count_of(page, "http"), count_of(page, "http://www.w3.org/2000/svg"));
-  // Utilisation (all, two labels), U, agreement (two labels), margins, flips, probes, confusion.
-  EXPECT_EQ(count_of(page, "<svg"), 3u + 1u + 2u + 1u + 1u + 1u + 1u);
+  // Utilisation (all, two labels), U, agreement (two labels), PCA, margins, flips, probes,
+  // confusion.
+  EXPECT_EQ(count_of(page, "<svg"), 3u + 1u + 2u + 1u + 1u + 1u + 1u + 1u);
+  EXPECT_NE(page.find("expert-frequency log-likelihood ratio"), std::string::npos);
   EXPECT_NE(page.find("label &lt;dfs&gt;"), std::string::npos);
   EXPECT_NE(page.find("condition: full"), std::string::npos);
   EXPECT_NE(page.find("Flip rate"), std::string::npos);

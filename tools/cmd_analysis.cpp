@@ -344,6 +344,7 @@ void add_report_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>
     ReportInputs in;
     std::unique_ptr<RouteStatsBuilder> stats;
     std::unique_ptr<ProbeData> probes;
+    std::unique_ptr<PathPcaBuilder> pca;
     std::set<std::string> labels;
     read_route_file(
         o->routes,
@@ -351,13 +352,17 @@ void add_report_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>
           in.header = h;
           stats = std::make_unique<RouteStatsBuilder>(h.core_depth, h.library_size);
           probes = std::make_unique<ProbeData>(h.core_depth, h.library_size);
+          if (h.core_depth * h.library_size <= 4096)
+            pca = std::make_unique<PathPcaBuilder>(h.core_depth, h.library_size);
         },
         [&](const SequenceRoutes& s) {
           stats->add(s);
           probes->add(s);
+          if (pca) pca->add(s);
           labels.insert(s.label);
         });
     in.stats = stats->finish();
+    if (pca) in.pca = pca->finish();
     if (labels.size() >= 2 && probes->sequences() >= o->probe.folds) {
       for (const char* level : {"window", "sequence"})
         in.probes.push_back(probes->run(level, o->probe));

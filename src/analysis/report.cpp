@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <iomanip>
+#include <map>
 #include <sstream>
 
 #include "analysis/svg.h"
@@ -104,6 +105,30 @@ std::string agreement_section(const RouteStats& s) {
                   "expert; 0 where no sequence reaches the window.");
   }
   return out;
+}
+
+std::string pca_section(const std::optional<PathPca>& pca) {
+  if (!pca || pca->explained.size() < 2) return "";
+  svg::Scatter sc;
+  sc.title = "One-hot routing paths, first two principal components";
+  sc.x_title = "PC1 (" + fixed(100 * pca->explained[0], 1) + "% of variance)";
+  sc.y_title = "PC2 (" + fixed(100 * pca->explained[1], 1) + "%)";
+  std::map<std::string, size_t> index;
+  for (const auto& l : pca->labels) index.emplace(l, 0);
+  for (auto& [label, i] : index) {
+    i = sc.groups.size();
+    sc.groups.push_back(label);
+  }
+  for (size_t s = 0; s < pca->labels.size(); ++s) {
+    sc.x.push_back(pca->coordinates[s][0]);
+    sc.y.push_back(pca->coordinates[s][1]);
+    sc.group.push_back(index[pca->labels[s]]);
+  }
+  return "<h2>Paths by label</h2>\n" +
+         figure(svg::scatter(sc),
+                "Each sequence's path (the share of its windows that ran each expert at each "
+                "depth) projected on the first two principal components of the set, coloured "
+                "by label. Separate clouds: the labels take different paths.");
 }
 
 std::string margins_section(const RouteStats& s) {
@@ -250,8 +275,8 @@ std::string html_report(const ReportInputs& in) {
   out += table({"model", "source", "sequences", "core depth D", "library L"},
                {{in.header.model, in.header.source, std::to_string(s.sequences),
                  std::to_string(s.core_depth), std::to_string(s.library_size)}});
-  out += utilisation_section(s) + paths_section(s) + agreement_section(s) + margins_section(s) +
-         probes_section(in.probes, in.readouts) + eval_section(in.path_eval);
+  out += utilisation_section(s) + paths_section(s) + agreement_section(s) + pca_section(in.pca) +
+         margins_section(s) + probes_section(in.probes, in.readouts) + eval_section(in.path_eval);
   out +=
       "<p><small>Written by lol (docs/analysis.md explains every picture).</small></p>\n"
       "</body>\n</html>\n";

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/pca.h"
 #include "analysis/probes.h"
 #include "analysis/routes.h"
 #include "analysis/stats.h"
@@ -18,7 +19,8 @@ struct ReportInputs {
   RouteStats stats;
   std::vector<ProbeResult> probes;  // none when the set has one label
   std::optional<ReadoutResult> readouts;
-  json path_eval;  // `lol path eval --json` output, or null
+  std::optional<PathPca> pca;  // of the sequences' one-hot paths
+  json path_eval;              // `lol path eval --json` output, or null
 };
 
 std::string html_report(const ReportInputs& inputs);

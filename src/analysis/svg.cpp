@@ -165,4 +165,64 @@ std::string bar_chart(const BarChart& b) {
   return out;
 }
 
+std::string scatter(const Scatter& s) {
+  LOL_CHECK(s.x.size() == s.y.size() && s.x.size() == s.group.size(), "scatter '", s.title,
+            "': x, y and group must have one entry per point");
+  for (auto g : s.group)
+    LOL_CHECK(g < s.groups.size(), "scatter '", s.title, "': group ", g, " has no name");
+  static const char* palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                  "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  auto range = [](const std::vector<double>& v) {
+    double lo = 0, hi = 0;
+    bool first = true;
+    for (double x : v)
+      if (std::isfinite(x)) {
+        lo = first ? x : std::min(lo, x);
+        hi = first ? x : std::max(hi, x);
+        first = false;
+      }
+    if (hi - lo < 1e-12) {
+      lo -= 1;
+      hi += 1;
+    }
+    const double pad = 0.05 * (hi - lo);
+    return std::pair<double, double>{lo - pad, hi + pad};
+  };
+  const auto [x0, x1] = range(s.x);
+  const auto [y0, y1] = range(s.y);
+  const double left = 50, top = 30, plot = 300;
+  const double legend_x = left + plot + 16;
+  const double width = std::max(legend_x + label_width(s.groups) + 30,
+                                7.5 * static_cast<double>(s.title.size()) + 10);
+  const double height = top + plot + 40;
+  std::string out = open(width, height);
+  out += text(4, 16, s.title, "font-size=\"13\" font-weight=\"bold\"");
+  out += rect(left, top, plot, plot, "none", "stroke=\"#000000\"");
+  out += text(left + plot / 2, top + plot + 30, s.x_title,
+              "text-anchor=\"middle\" font-style=\"italic\"");
+  const double mid = top + plot / 2;
+  out += text(
+      14, mid, s.y_title,
+      "text-anchor=\"middle\" font-style=\"italic\" transform=\"rotate(-90 14 " + num(mid) + ")\"");
+  out += text(left, top + plot + 14, num(x0, 2), "text-anchor=\"start\"");
+  out += text(left + plot, top + plot + 14, num(x1, 2), "text-anchor=\"end\"");
+  out += text(left - 4, top + plot, num(y0, 2), "text-anchor=\"end\"");
+  out += text(left - 4, top + 10, num(y1, 2), "text-anchor=\"end\"");
+  for (size_t i = 0; i < s.x.size(); ++i) {
+    if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) continue;
+    const double px = left + plot * (s.x[i] - x0) / (x1 - x0);
+    const double py = top + plot * (1 - (s.y[i] - y0) / (y1 - y0));
+    out += "<circle cx=\"" + num(px) + "\" cy=\"" + num(py) + "\" r=\"3\" fill=\"" +
+           palette[s.group[i] % 10] + "\" fill-opacity=\"0.6\"/>\n";
+  }
+  for (size_t g = 0; g < s.groups.size(); ++g) {
+    const double y = top + 10 + 16 * static_cast<double>(g);
+    out += "<circle cx=\"" + num(legend_x + 5) + "\" cy=\"" + num(y - 4) + "\" r=\"4\" fill=\"" +
+           palette[g % 10] + "\"/>\n";
+    out += text(legend_x + 14, y, s.groups[g]);
+  }
+  out += "</svg>\n";
+  return out;
+}
+
 }  // namespace lol::svg

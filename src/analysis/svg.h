@@ -31,4 +31,13 @@ struct BarChart {
 };
 std::string bar_chart(const BarChart& b);
 
+// Points coloured by group, with a legend. Axes span the data.
+struct Scatter {
+  std::string title, x_title, y_title;
+  std::vector<double> x, y;
+  std::vector<size_t> group;        // per point, an index into groups
+  std::vector<std::string> groups;  // legend names (up to 10 distinct colours, then repeated)
+};
+std::string scatter(const Scatter& s);
+
 }  // namespace lol::svg
