@@ -3,6 +3,7 @@
 #include <set>
 #include <sstream>
 
+#include "analysis/depth_eval.h"
 #include "analysis/interventions.h"
 #include "analysis/path_eval.h"
 #include "analysis/paths.h"
@@ -325,6 +326,84 @@ TEST(PathPcaTest, AgreesWithTheCovarianceEigendecomposition) {
     for (size_t i = 0; i < rows.size(); ++i)
       EXPECT_NEAR(std::abs(pca.coordinates[i][static_cast<size_t>(c)]),
                   std::abs(projected[static_cast<int64_t>(i)].item<double>()), 1e-7);
+  }
+}
+
+// Executing 2D depths of a D-depth core is the D-depth model with its depth-indexed parameters
+// (FiLM, depth vectors, untied router rows) repeated: a model of depth 2D built that way gives
+// the same logits and routes, and the same loss in evaluate_depths, whose loss is the mean
+// cross-entropy of the targets after the prompt.
+TEST(DepthExtrapolation, EqualsTheModelWithItsDepthsRepeated) {
+  for (bool tied : {true, false}) {
+    auto c = testing::tiny_config();
+    c.vocab_size = 160;
+    c.max_seq_len = 256;
+    c.core_depth = 2;
+    c.router_tied = tied;
+    auto shallow = testing::make_model(c, 31, /*router_scale=*/5.0);
+    auto cd = c;
+    cd.core_depth = 4;
+    LanguageModel deep(cd);
+    {
+      torch::NoGradGuard no_grad;
+      std::map<std::string, torch::Tensor> from;
+      for (auto& [name, t] : shallow->named_state()) from[name] = t;
+      for (auto& [name, t] : deep->named_state()) {
+        const auto& a = from.at(name);
+        t.copy_(a.sizes() == t.sizes() ? a : torch::cat({a, a}, 0));
+      }
+    }
+    std::mt19937 rng(2);
+    const auto docs = testing::random_documents(rng, c, 3);
+    Layout layout(Batch::from_documents({docs}), c.vocab_size, testing::device());
+    ForwardOptions four;
+    four.executed_depth = 4;
+    EXPECT_THROW(shallow->forward(layout, four), Error);  // deeper needs the flag
+    four.extrapolate_depth = true;
+    torch::NoGradGuard no_grad;
+    const auto a = shallow->forward(layout, four), b = deep->forward(layout);
+    EXPECT_LT(testing::max_abs_diff(a.logits, b.logits), 1e-5) << "tied " << tied;
+    ASSERT_EQ(a.routes.size(), 4u);
+    for (size_t l = 0; l < 4; ++l) {
+      EXPECT_EQ(a.routes[l].depth, static_cast<int64_t>(l + 1));
+      EXPECT_EQ(a.routes[l].experts, b.routes[l].experts);
+    }
+    auto source = [&] { return task_sequences("maze", 4, 2, 9); };
+    auto sa = source(), sb = source();
+    const auto ra = evaluate_depths(shallow, *sa, {2, 4}, 3);
+    const auto rb = evaluate_depths(deep, *sb, {2, 4}, 4);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_NEAR(ra[i].loss, rb[i].loss, 1e-5);
+      EXPECT_NEAR(ra[i].accuracy, rb[i].accuracy, 1e-12);
+      EXPECT_EQ(ra[i].targets, rb[i].targets);
+    }
+    // The loss by hand, one sequence at a time.
+    auto sc = source();
+    double loss = 0;
+    int64_t n = 0;
+    while (auto item = sc->next()) {
+      const auto& seq = item->sequence;
+      Layout one(Batch::from_documents({{seq}}), c.vocab_size, testing::device());
+      const auto logp =
+          torch::log_softmax(shallow->forward(one, four).logits.to(torch::kFloat64), -1);
+      for (int64_t t = seq.prompt_len - 1; t + 1 < static_cast<int64_t>(seq.tokens.size());
+           ++t, ++n)
+        loss -= logp[t][seq.tokens[static_cast<size_t>(t + 1)]].item<double>();
+    }
+    EXPECT_EQ(ra[1].targets, n);
+    EXPECT_NEAR(ra[1].loss, loss / static_cast<double>(n), 1e-5);
+  }
+  auto dc = testing::tiny_config(Family::kDense);
+  dc.vocab_size = 160;
+  dc.max_seq_len = 256;
+  auto dense = testing::make_model(dc, 1);
+  auto src = task_sequences("maze", 4, 1, 1);
+  try {
+    evaluate_depths(dense, *src, {dc.core_depth + 1}, 2);
+    ADD_FAILURE() << "a dense core ran deeper than it is";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("only a lol core executes more depths"), std::string::npos)
+        << e.what();
   }
 }
 

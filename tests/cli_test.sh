@@ -132,12 +132,15 @@ expect_ok "report" "$lol" report "$dir/routes_p.jsonl" --eval "$dir/eval.json" -
 echo '[{"condition":"full"}]' >"$dir/bad_eval.json"
 expect_error "report bad eval" "bad_eval.json: each path eval result needs" "$lol" report "$dir/routes.jsonl" --eval "$dir/bad_eval.json" --out "$dir/r.html"
 [ ! -e "$dir/r.html" ] && pass "a failed report writes no file" || failed "a failed report left a file"
+expect_ok "path depth" "$lol" path depth --model "$dir/run" --task maze --size 4 --count 1 --depths 1,4,8 --json "$dir/depth.json"
+grep -q 'extrapolated' "$dir/out" && grep -q '"depth": 8' "$dir/depth.json" && pass "path depth extrapolates" || failed "path depth output"
 expect_error "path eval wrong task" "label 'astar' names no sudoku strategy" "$lol" path eval --model "$dir/run" --task sudoku --paths "$dir/paths" --count 1
 expect_error "path eval bad intervention" "--interventions item must be one of" "$lol" path eval --model "$dir/run" --task maze --size 4 --paths "$dir/paths" --interventions full,swap
 printf 'fr\t1,oops\n' >"$dir/bad.tsv"
 expect_error "route bad tsv" "bad.tsv line 1: 'oops' is not a token id" "$lol" route --model "$dir/run" --data "$dir/bad.tsv" --out "$dir/failed_routes.jsonl"
 [ ! -e "$dir/failed_routes.jsonl" ] && pass "a failed route run writes no file" || failed "a failed route run left a file"
 expect_ok "init dense" "$lol" init --preset tiny --set family=dense --seed 1 --out "$dir/dense"
+expect_error "path depth dense" "only a lol core executes more depths" "$lol" path depth --model "$dir/dense" --data "$dir/set.tsv" --depths 9
 expect_error "route dense model" "needs a core that routes windows" "$lol" route --model "$dir/dense" --data "$dir/set.tsv" --out "$dir/r.jsonl"
 echo '{"lol_routes":1,"core_depth":4,"library_size":4,"sequences":1}' >"$dir/bad_routes.jsonl"
 echo '{"sequence":0}' >>"$dir/bad_routes.jsonl"

@@ -3,10 +3,12 @@
 // does (docs/analysis.md).
 #include <fstream>
 #include <functional>
+#include <iomanip>
 #include <iostream>
 #include <set>
 #include <sstream>
 
+#include "analysis/depth_eval.h"
 #include "analysis/path_eval.h"
 #include "analysis/paths.h"
 #include "analysis/probes.h"
@@ -215,6 +217,66 @@ void add_path_eval_command(CLI::App* path, std::vector<std::pair<CLI::App*, Runn
   });
 }
 
+void add_path_depth_command(CLI::App* path, std::vector<std::pair<CLI::App*, Runner>>& commands) {
+  struct Opts {
+    std::string model, task, data, depths, json_out;
+    int64_t count = 20, batch_size = 16;
+    uint64_t seed = 1;
+    int size = 8;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = path->add_subcommand(
+      "depth",
+      "teacher-forced loss and accuracy against the executed core depth D', also "
+      "deeper than trained (test-time depth extrapolation)");
+  cmd->add_option("--model", o->model, "model or training run directory")->required();
+  cmd->add_option("--task", o->task, "sudoku or maze: held-out puzzles, every strategy")
+      ->check(CLI::IsMember({"sudoku", "maze"}));
+  cmd->add_option("--data", o->data, "or a labelled TSV set (label<TAB>ids)");
+  cmd->add_option("--count", o->count, "task: puzzles")->capture_default_str()->check(at_least(1));
+  cmd->add_option("--seed", o->seed, "task: generator seed")->capture_default_str();
+  cmd->add_option("--size", o->size, "task maze: side n")->capture_default_str();
+  cmd->add_option("--depths", o->depths, "comma list of executed depths D' (default 1..2D)");
+  cmd->add_option("--batch-size", o->batch_size, "sequences per forward pass")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--json", o->json_out, "also write the results as JSON to this file");
+  commands.emplace_back(cmd, [o] {
+    LOL_CHECK(o->task.empty() != o->data.empty(), "give exactly one of --task and --data");
+    const auto device = selected_device();
+    auto model = load_model(o->model, device);
+    const auto& config = model->config();
+    std::vector<int64_t> depths;
+    if (o->depths.empty())
+      for (int64_t d = 1; d <= std::min<int64_t>(2 * config.core_depth, 1024); ++d)
+        depths.push_back(d);
+    else
+      depths = parse_int_list("--depths", o->depths);
+    auto source = o->task.empty() ? tsv_sequences(o->data, config.vocab_size)
+                                  : task_sequences(o->task, o->size, o->count, o->seed);
+    const int64_t batches = (source->size() + o->batch_size - 1) / o->batch_size;
+    Progress progress("path depth", batches * static_cast<int64_t>(depths.size()));
+    int64_t done = 0;
+    install_interrupt_handler();
+    const auto results = evaluate_depths(model, *source, depths, o->batch_size, [&] {
+      progress.update(++done, "batches");
+      LOL_CHECK(!interrupt_requested(), "interrupted");
+    });
+    progress.finish(source->describe());
+    std::cout << "trained core depth D " << config.core_depth << "; loss and next-token accuracy "
+              << "on the targets after the prompt, teacher-forced\n"
+              << "D'     loss  accuracy\n";
+    json out = json::array();
+    for (const auto& r : results) {
+      std::cout << std::left << std::setw(4) << r.depth << std::right << std::fixed
+                << std::setprecision(4) << std::setw(8) << r.loss << std::setw(10) << r.accuracy
+                << (r.depth > config.core_depth ? "  (extrapolated)" : "") << "\n";
+      out.push_back(r.to_json());
+    }
+    if (!o->json_out.empty()) write_file_atomic(o->json_out, out.dump(2) + "\n");
+  });
+}
+
 }  // namespace
 
 void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
@@ -317,6 +379,7 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
   });
 
   add_path_eval_command(path, commands);
+  add_path_depth_command(path, commands);
 }
 
 void add_report_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {

@@ -60,7 +60,8 @@ PathPca PathPcaBuilder::finish(int components) const {
         next[i] = std::inner_product(cov.begin() + static_cast<std::ptrdiff_t>(i * f),
                                      cov.begin() + static_cast<std::ptrdiff_t>((i + 1) * f),
                                      v.begin(), 0.0);
-      const double norm = std::sqrt(std::inner_product(next.begin(), next.end(), next.begin(), 0.0));
+      const double norm =
+          std::sqrt(std::inner_product(next.begin(), next.end(), next.begin(), 0.0));
       if (norm <= 1e-12 * total) break;
       double change = 0;
       for (size_t i = 0; i < f; ++i) {

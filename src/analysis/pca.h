@@ -11,7 +11,7 @@
 namespace lol {
 
 struct PathPca {
-  std::vector<std::string> labels;              // per sequence
+  std::vector<std::string> labels;               // per sequence
   std::vector<std::vector<double>> coordinates;  // per sequence: one value per component
   std::vector<double> explained;                 // share of the total variance per component
 };

@@ -40,10 +40,13 @@ const AttentionPlan& layer_plan(const CoreLayer& layer, const Layout& layout) {
 }
 
 namespace {
-int64_t executed_depth(const ForwardOptions& options, int64_t depth) {
+int64_t executed_depth(const ForwardOptions& options, int64_t depth, bool can_extrapolate) {
   if (options.executed_depth < 0) return depth;
-  LOL_CHECK(options.executed_depth <= depth, "executed core depth ", options.executed_depth,
-            " exceeds the model's core_depth ", depth);
+  LOL_CHECK(options.executed_depth <= depth || (can_extrapolate && options.extrapolate_depth),
+            "executed core depth ", options.executed_depth, " exceeds the model's core_depth ",
+            depth);
+  LOL_CHECK(options.executed_depth <= 1024, "executed core depth ", options.executed_depth,
+            " is above 1024");
   return options.executed_depth;
 }
 }  // namespace
@@ -111,12 +114,14 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
   const int64_t n = layout.num_tokens();
   const auto device = x_in.device();
   torch::Tensor x = x_in;
-  for (const auto& layer : layers(executed_depth(options, config_.core_depth))) {
+  for (const auto& layer : layers(executed_depth(options, config_.core_depth, true))) {
     const int64_t l = layer.depth;
+    const int64_t p = (l - 1) % config_.core_depth + 1;  // the depth whose parameters run
     const auto& part = layout.windows(layer.window, layer.delta);
     if (options.hook) options.hook("core_in", l, x);
     RouteDecisions decision =
-        router_->route(x, l, part, layout, options.router_noise, options.force);
+        router_->route(x, p, part, layout, options.router_noise, options.force);
+    decision.depth = l;
     if (options.hook) {
       options.hook("router_input", l, decision.router_inputs);
       options.hook("router_probs", l, decision.probs);
@@ -128,7 +133,7 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
     const RowGroups groups = group_rows(expert_of_token, blocks());
     auto perm_t = torch::tensor(groups.perm, torch::kInt64).to(device);
     auto inverse_t = torch::tensor(groups.inverse, torch::kInt64).to(device);
-    FilmRows rows = film(l);
+    FilmRows rows = film(p);
     auto xp = x.index_select(0, perm_t);
     auto yp =
         run_blocks(xp, groups.slices, rotary.select(perm_t), part.plan, &rows, perm_t, inverse_t);
@@ -221,7 +226,7 @@ torch::Tensor StackCore::forward(const torch::Tensor& x_in, const Layout& layout
     if (b->moe) b->moe->last_load.clear();  // layers beyond the executed depth count nothing
   torch::Tensor x = x_in;
   const int64_t n = layout.num_tokens();
-  for (const auto& layer : layers(executed_depth(options, config_.core_depth))) {
+  for (const auto& layer : layers(executed_depth(options, config_.core_depth, false))) {
     if (options.hook) options.hook("core_in", layer.depth, x);
     x = run_blocks(x, {{layer.block, 0, n}}, rotary, layer_plan(layer, layout), nullptr);
     if (options.hook) options.hook("core_depth_out", layer.depth, x);

@@ -30,7 +30,11 @@ using TensorHook =
 
 struct ForwardOptions {
   int64_t executed_depth = -1;  // core depths (lol) or layers run, D_t <= D (-1: all of D)
-  bool router_noise = false;    // add router logit noise (training)
+  // lol only: executed_depth may exceed D (test-time depth extrapolation). Depth l > D re-uses
+  // the router, depth vector, FiLM and forced-path entries of depth ((l - 1) mod D) + 1; its
+  // windows take depth l's own offset (SPEC 1.3). Routes report l.
+  bool extrapolate_depth = false;
+  bool router_noise = false;  // add router logit noise (training)
   const ForcedPath* force = nullptr;
   TensorHook hook;  // optional
 };
