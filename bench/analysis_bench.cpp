@@ -97,9 +97,9 @@ void bench_analysis(const AnalysisBenchOptions& o) {
     j["batch"] = o.batch;
     j["route_file_bytes"] = bytes;
     j["rows"] = json::array();
-    for (const auto& [what, s] :
-         {std::pair<const char*, Spread>{"forward", forward}, {"extract", routes},
-          {"extract+json", routes_json}})
+    for (const auto& [what, s] : {std::pair<const char*, Spread>{"forward", forward},
+                                  {"extract", routes},
+                                  {"extract+json", routes_json}})
       j["rows"].push_back({{"what", what},
                            {"tokens_per_s", s.mean},
                            {"stddev", s.stddev},
@@ -110,17 +110,16 @@ void bench_analysis(const AnalysisBenchOptions& o) {
   }
   const bool md = o.output == "md";
   if (md)
-    std::cout << machine_lines(o.device) << " | maze " << o.maze_size << "x" << o.maze_size
-              << ", " << source.size() << " sequences (" << tokens << " tokens), batch " << o.batch
-              << ", " << o.reps << " reps | d " << config.d_model << ", D " << config.core_depth
-              << ", L " << config.library_size << " | route file "
+    std::cout << machine_lines(o.device) << " | maze " << o.maze_size << "x" << o.maze_size << ", "
+              << source.size() << " sequences (" << tokens << " tokens), batch " << o.batch << ", "
+              << o.reps << " reps | d " << config.d_model << ", D " << config.core_depth << ", L "
+              << config.library_size << " | route file "
               << fixed(static_cast<double>(bytes) / 1e6, 2) << " MB\n\n";
   Table table(md);
   table.header({"what", "tokens/s", "±", "sequences/s", "vs forward"}, 1);
-  for (const auto& [what, s] :
-       {std::pair<const char*, Spread>{"forward only", forward},
-        {"routes extracted", routes},
-        {"routes extracted + JSON", routes_json}})
+  for (const auto& [what, s] : {std::pair<const char*, Spread>{"forward only", forward},
+                                {"routes extracted", routes},
+                                {"routes extracted + JSON", routes_json}})
     table.row({what, fixed(s.mean, 0), fixed(s.stddev, 0), fixed(s.mean * seqs_per_token, 1),
                fixed(s.mean / forward.mean, 2) + "x"});
 }

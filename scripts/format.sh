@@ -4,7 +4,8 @@
 #   scripts/format.sh --check  change nothing; list the files that differ, exit 1 if any (CI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files '*.cpp' '*.h')
+# Tracked files and new ones not yet added (not ignored), so a file is checked before its commit.
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.cpp' '*.h')
 if [ "${1:-}" = "--check" ]; then
   bad=()
   for f in "${files[@]}"; do

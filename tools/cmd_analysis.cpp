@@ -22,31 +22,53 @@
 
 namespace lol::cli {
 
+namespace {
+
+// Where labelled sequences come from (lol route, lol path depth): held-out task puzzles or a
+// labelled TSV set, exactly one of them.
+struct LabelledFlags {
+  std::string task, data;
+  int64_t count;
+  uint64_t seed;
+  int size = 8;
+  int64_t batch_size = 16;
+};
+
+void add_labelled_flags(CLI::App* cmd, LabelledFlags& f, const std::string& seed_help) {
+  cmd->add_option("--task", f.task,
+                  "sudoku or maze: held-out puzzles, every strategy, labelled by strategy")
+      ->check(CLI::IsMember({"sudoku", "maze"}));
+  cmd->add_option("--count", f.count, "task: puzzles (each gives five sequences)")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--seed", f.seed, seed_help)->capture_default_str();
+  cmd->add_option("--size", f.size, "task maze: side n")->capture_default_str();
+  cmd->add_option("--data", f.data,
+                  "labelled set: a TSV file of label<TAB>comma-separated ids per line");
+  cmd->add_option("--batch-size", f.batch_size, "sequences per forward pass")
+      ->capture_default_str()
+      ->check(at_least(1));
+}
+
+std::unique_ptr<LabelledSource> open_labelled(const LabelledFlags& f, int64_t vocab_size) {
+  LOL_CHECK(f.task.empty() != f.data.empty(), "give exactly one of --task and --data");
+  return f.task.empty() ? tsv_sequences(f.data, vocab_size)
+                        : task_sequences(f.task, f.size, f.count, f.seed);
+}
+
+}  // namespace
+
 void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
   auto* cmd = app.add_subcommand(
       "route", "record the routes of labelled sequences (teacher-forced) as JSON lines");
   struct Opts {
-    std::string model, task, data, out;
-    int64_t count = 100, batch_size = 16;
-    uint64_t seed = 0;
-    int size = 8;
+    std::string model, out;
+    LabelledFlags source{"", "", 100, 0};
     double perturb = 0;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "model or training run directory")->required();
-  cmd->add_option("--task", o->task,
-                  "sudoku or maze: held-out puzzles, every strategy, labelled by strategy")
-      ->check(CLI::IsMember({"sudoku", "maze"}));
-  cmd->add_option("--count", o->count, "task: puzzles (each gives five sequences)")
-      ->capture_default_str()
-      ->check(at_least(1));
-  cmd->add_option("--seed", o->seed, "task generator and perturbation seed")->capture_default_str();
-  cmd->add_option("--size", o->size, "task maze: side n")->capture_default_str();
-  cmd->add_option("--data", o->data,
-                  "labelled set: a TSV file of label<TAB>comma-separated ids per line");
-  cmd->add_option("--batch-size", o->batch_size, "sequences per forward pass")
-      ->capture_default_str()
-      ->check(at_least(1));
+  add_labelled_flags(cmd, o->source, "task generator and perturbation seed");
   cmd->add_option("--perturb", o->perturb,
                   "also route each window's router input plus noise of this relative size "
                   "(eps * rms of the input) and record whether the choice flips")
@@ -54,12 +76,10 @@ void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--out", o->out, "route file (JSON lines, docs/analysis.md)")->required();
   commands.emplace_back(cmd, [o] {
-    LOL_CHECK(o->task.empty() != o->data.empty(), "give exactly one of --task and --data");
     const auto device = selected_device();
     auto model = load_model(o->model, device);
     const auto& config = model->config();
-    auto source = o->task.empty() ? tsv_sequences(o->data, config.vocab_size)
-                                  : task_sequences(o->task, o->size, o->count, o->seed);
+    auto source = open_labelled(o->source, config.vocab_size);
     RouteFileHeader header{resolve_model_dir(o->model), source->describe(), config.core_depth,
                            config.library_size,         source->size(),     o->perturb};
     AtomicWriter out(o->out);
@@ -67,9 +87,9 @@ void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     Progress progress("route", source->size());
     install_interrupt_handler();
     ExtractOptions options;
-    options.batch_size = o->batch_size;
+    options.batch_size = o->source.batch_size;
     options.perturbation = o->perturb;
-    options.seed = o->seed;
+    options.seed = o->source.seed;
     options.on_progress = [&](int64_t done) {
       progress.update(done, "sequences");
       LOL_CHECK(!interrupt_requested(), "interrupted; ", o->out, " was not written");
@@ -219,10 +239,8 @@ void add_path_eval_command(CLI::App* path, std::vector<std::pair<CLI::App*, Runn
 
 void add_path_depth_command(CLI::App* path, std::vector<std::pair<CLI::App*, Runner>>& commands) {
   struct Opts {
-    std::string model, task, data, depths, json_out;
-    int64_t count = 20, batch_size = 16;
-    uint64_t seed = 1;
-    int size = 8;
+    std::string model, depths, json_out;
+    LabelledFlags source{"", "", 20, 1};
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = path->add_subcommand(
@@ -230,19 +248,10 @@ void add_path_depth_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
       "teacher-forced loss and accuracy against the executed core depth D', also "
       "deeper than trained (test-time depth extrapolation)");
   cmd->add_option("--model", o->model, "model or training run directory")->required();
-  cmd->add_option("--task", o->task, "sudoku or maze: held-out puzzles, every strategy")
-      ->check(CLI::IsMember({"sudoku", "maze"}));
-  cmd->add_option("--data", o->data, "or a labelled TSV set (label<TAB>ids)");
-  cmd->add_option("--count", o->count, "task: puzzles")->capture_default_str()->check(at_least(1));
-  cmd->add_option("--seed", o->seed, "task: generator seed")->capture_default_str();
-  cmd->add_option("--size", o->size, "task maze: side n")->capture_default_str();
+  add_labelled_flags(cmd, o->source, "task generator seed");
   cmd->add_option("--depths", o->depths, "comma list of executed depths D' (default 1..2D)");
-  cmd->add_option("--batch-size", o->batch_size, "sequences per forward pass")
-      ->capture_default_str()
-      ->check(at_least(1));
   cmd->add_option("--json", o->json_out, "also write the results as JSON to this file");
   commands.emplace_back(cmd, [o] {
-    LOL_CHECK(o->task.empty() != o->data.empty(), "give exactly one of --task and --data");
     const auto device = selected_device();
     auto model = load_model(o->model, device);
     const auto& config = model->config();
@@ -252,13 +261,13 @@ void add_path_depth_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
         depths.push_back(d);
     else
       depths = parse_int_list("--depths", o->depths);
-    auto source = o->task.empty() ? tsv_sequences(o->data, config.vocab_size)
-                                  : task_sequences(o->task, o->size, o->count, o->seed);
-    const int64_t batches = (source->size() + o->batch_size - 1) / o->batch_size;
+    auto source = open_labelled(o->source, config.vocab_size);
+    const int64_t batch = o->source.batch_size;
+    const int64_t batches = (source->size() + batch - 1) / batch;
     Progress progress("path depth", batches * static_cast<int64_t>(depths.size()));
     int64_t done = 0;
     install_interrupt_handler();
-    const auto results = evaluate_depths(model, *source, depths, o->batch_size, [&] {
+    const auto results = evaluate_depths(model, *source, depths, batch, [&] {
       progress.update(++done, "batches");
       LOL_CHECK(!interrupt_requested(), "interrupted");
     });

@@ -17,11 +17,11 @@ std::vector<DepthResult> evaluate_depths(LanguageModel& model, LabelledSource& s
   LOL_CHECK(batch_size > 0, "the batch size must be > 0, got ", batch_size);
   LOL_CHECK(!depths.empty(), "give at least one depth");
   const auto& c = model->config();
-  for (int64_t d : depths)
-    LOL_CHECK(d >= 1 && d <= 1024, "depths must be in 1..1024, got ", d);
-  LOL_CHECK(c.family == Family::kLol || *std::max_element(depths.begin(), depths.end()) <= c.core_depth,
-            "only a lol core executes more depths than it has (", enum_name(c.family),
-            " has ", c.core_depth, ")");
+  for (int64_t d : depths) LOL_CHECK(d >= 1 && d <= 1024, "depths must be in 1..1024, got ", d);
+  LOL_CHECK(
+      c.family == Family::kLol || *std::max_element(depths.begin(), depths.end()) <= c.core_depth,
+      "only a lol core executes more depths than it has (", enum_name(c.family), " has ",
+      c.core_depth, ")");
   std::vector<TokenSequence> sequences;
   while (auto item = source.next()) {
     LOL_CHECK(static_cast<int64_t>(item->sequence.tokens.size()) <= c.max_seq_len,
