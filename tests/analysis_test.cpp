@@ -123,6 +123,33 @@ SequenceRoutes routes_with_experts(
   return s;
 }
 
+// Where the balancing bias overrules the router, the SPEC rule (argmax of the mean p) and the
+// routed rule (the expert the windows ran) differ, each as documented.
+TEST(ModePaths, TheRoutedRuleFollowsTheExpertsThatRan) {
+  ModePathBuilder by_probs(ModeRule::kProbabilities), by_routes(ModeRule::kRouted);
+  for (int i = 0; i < 4; ++i) {
+    SequenceRoutes s;
+    s.label = "bfs";
+    WindowRoute w;
+    w.route.depth = 1;
+    w.route.window = 0;
+    w.route.probs = {0.5, 0.2, 0.3};
+    w.route.expert = i < 3 ? 2 : 1;  // the bias made expert 0 lose every time
+    w.route.gate = i < 3 ? 0.3 + 0.02 * i : 0.2;
+    s.windows.push_back(w);
+    by_probs.add(s);
+    by_routes.add(s);
+  }
+  const auto p = by_probs.paths().at(0), r = by_routes.paths().at(0);
+  EXPECT_EQ(*p.path.find(1, 0)->expert, 0);
+  EXPECT_NEAR(*p.path.find(1, 0)->gate, 0.5, 1e-12);
+  EXPECT_EQ(*r.path.find(1, 0)->expert, 2);
+  EXPECT_NEAR(*r.path.find(1, 0)->gate, 0.32, 1e-12);  // the mean gate of the three windows
+  EXPECT_EQ(p.to_json()["rule"], "probabilities");
+  EXPECT_EQ(r.to_json()["rule"], "routed");
+  EXPECT_EQ(r.counts.at({1, 0}), 4);
+}
+
 TEST(RouteStats, DistinctExpertsFollowTheUniformNullAndPlantedPaths) {
   // The paper's figures: L 8, D 16 and L 24, D 16.
   EXPECT_NEAR(expected_distinct_experts(8, 16), 7.06, 0.005);

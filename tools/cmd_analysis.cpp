@@ -292,7 +292,7 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
   auto* path = app.add_subcommand("path", "mode paths of labelled routes");
   path->require_subcommand(1);
   struct Opts {
-    std::string routes, out;
+    std::string routes, out, rule = "probabilities";
   };
   auto o = std::make_shared<Opts>();
   auto* extract = path->add_subcommand("extract",
@@ -300,9 +300,14 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
                                        "router probabilities per (depth, window)");
   extract->add_option("routes", o->routes, "route file written by lol route")->required();
   extract->add_option("--out", o->out, "directory for LABEL.json files")->required();
+  extract
+      ->add_option("--rule", o->rule,
+                   "probabilities (SPEC 3.6: argmax of the mean p, before the bias) or routed "
+                   "(the expert the windows ran most often, bias included)")
+      ->capture_default_str();
   commands.emplace_back(extract, [o] {
     RouteFileHeader header;
-    ModePathBuilder builder;
+    ModePathBuilder builder(parse_enum<ModeRule>(o->rule, "--rule"));
     read_route_file(
         o->routes, [&](const RouteFileHeader& h) { header = h; },
         [&](const SequenceRoutes& s) { builder.add(s); });
