@@ -11,6 +11,12 @@
 #include "util/json.h"
 
 namespace lol {
+namespace {
+// The label whose path lends its depths to label `index` in a depth-range condition.
+size_t donor_of(size_t index, size_t labels) {
+  return (index + 1) % labels;
+}
+}  // namespace
 
 std::vector<LabelledPath> load_task_paths(const std::string& dir, tasks::Kind kind,
                                           int64_t core_depth, int64_t library_size) {
@@ -125,7 +131,7 @@ std::optional<ForcedPath> condition_path(const EvalCondition& condition,
     case Intervention::kRandom:
       return random_experts(path, library_size, label_seed);
     case Intervention::kDepths:
-      return replace_depths(path, paths[(index + 1) % paths.size()].path, condition.first_depth,
+      return replace_depths(path, paths[donor_of(index, paths.size())].path, condition.first_depth,
                             condition.last_depth);
   }
   fail("unknown intervention");
@@ -204,7 +210,7 @@ std::vector<ConditionResult> evaluate_paths(LanguageModel& model, torch::Device 
                                              "problem " + std::to_string(i));
         result.summary.add(sample.score);
         if (condition.intervention == Intervention::kDepths &&
-            sample.score.followed == paths[(j + 1) % paths.size()].strategy)
+            sample.score.followed == paths[donor_of(j, paths.size())].strategy)
           ++result.donor_followed;
         if (sink) sink(sample);
       }
