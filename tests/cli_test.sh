@@ -33,6 +33,10 @@ grep -q '"routes"' "$dir/f.json" && pass "forward json" || failed "forward json 
 echo '{"entries":[{"depth":1,"window":0,"expert":2,"gate":0.5}]}' >"$dir/path.json"
 expect_ok "forward forced" "$lol" forward --model "$dir/m" --tokens 1,2,3 --force "$dir/path.json" --out "$dir/g.json"
 expect_ok "generate ids" "$lol" generate --model "$dir/m" --tokens 1,2,3 --max-tokens 4 --routes "$dir/r.jsonl"
+expect_ok "generate ids as text" "$lol" generate --model "$dir/m" --prompt "1, 2 3" --max-tokens 4 --echo
+grep -q '^1,2,3,[0-9]' "$dir/out" && pass "ids echo as comma lists" || failed "ids echo: $(cat "$dir/out")"
+expect_error "generate ids out of range" "'999' is not a token id in \\[0, 64)" "$lol" generate --model "$dir/m" --prompt "1 999" --max-tokens 4
+expect_error "serve without a model" "not a model directory" "$lol" serve --model "$dir/nowhere" --port 0
 
 expect_error "init twice" "already holds a model" "$lol" init --preset tiny --seed 1 --out "$dir/m"
 expect_error "unknown preset" "unknown preset 'nope'" "$lol" init --preset nope --seed 1 --out "$dir/x"
@@ -97,6 +101,14 @@ expect_error "overwrite with a bad setting" "lr must be a finite number > 0, got
 expect_ok "train from shard" "$lol" train --preset tiny --set vocab_size=160 --data "$dir/sudoku.shard" --steps 2 --train-set seq_len=512 --out "$dir/run3"
 expect_ok "generate task text" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --max-tokens 8
 cp "$dir/out" "$dir/all_at_once.txt"
+# --echo prints whole sequences, one pipe into the scorer; the run's task is found without --task.
+if "$lol" generate --model "$dir/run" --prompts "$dir/questions.txt" --max-tokens 8 --echo 2>"$dir/err" |
+  "$lol" task score maze >"$dir/score.txt" 2>>"$dir/err" && grep -q "sequences" "$dir/score.txt"; then
+  pass "generate --echo | task score"
+else
+  failed "generate --echo | task score: $(tail -2 "$dir/err")"
+fi
+expect_error "generate text a task vocabulary cannot read" "--prompt: text: unknown token 'hello'" "$lol" generate --model "$dir/run" --prompt "hello" --max-tokens 2
 expect_ok "generate two at a time" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --max-tokens 8 --batch-size 2 --temperature 1 --seed 4
 expect_ok "generate all at once, sampled" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --max-tokens 8 --batch-size 0 --temperature 1 --seed 4
 cp "$dir/out" "$dir/sampled_all.txt"

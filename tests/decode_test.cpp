@@ -257,6 +257,59 @@ TEST(Decode, GenerationWithRowsFinishingEarlyEqualsGeneratingEachAlone) {
 // Sequences admitted into a running batch decode exactly as in a decoder of their own, and
 // the rows already there are undisturbed; admitted caches longer and shorter than the
 // running ones (capacity widened either way).
+// Sequences admitted with different forced paths (and none) share one batch, and each decodes
+// exactly as it would alone under its own path: the server forces paths per request.
+TEST(Decode, SequencesWithTheirOwnForcedPathsShareABatch) {
+  auto c = testing::tiny_config();
+  auto model = make_model(c, 21);
+  std::mt19937 rng(5);
+  const Prompt p1{random_tokens(rng, 7, c.vocab_size), 2, {}};
+  const Prompt p2{random_tokens(rng, 5, c.vocab_size), 0, {}};
+  const Prompt p3{random_tokens(rng, 9, c.vocab_size), 3, {1}};
+  ForcedPath a, b;
+  for (int64_t l = 1; l <= c.core_depth; ++l) {
+    a.depths[l][0] = {0, std::nullopt};
+    b.depths[l][1] = {c.library_size - 1, 0.7};
+  }
+  Decoder shared(model, testing::device());
+  shared.admit({p1}, &a);
+  shared.admit({p2});
+  shared.admit({p3}, &b);
+  Decoder alone_a(model, testing::device(), &a), alone_free(model, testing::device()),
+      alone_b(model, testing::device(), &b);
+  alone_a.prefill({p1});
+  alone_free.prefill({p2});
+  alone_b.prefill({p3});
+  for (int64_t i = 0; i < 12; ++i) {  // crosses several window boundaries (W 4, S 2)
+    const std::vector<int64_t> t = {(i * 5 + 1) % c.vocab_size, (i * 3 + 2) % c.vocab_size,
+                                    (i * 7 + 3) % c.vocab_size};
+    auto out = shared.step(t);
+    auto oa = alone_a.step({t[0]}), of = alone_free.step({t[1]}), ob = alone_b.step({t[2]});
+    EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 0, 1), oa.logits), 1e-5) << "step " << i;
+    EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 1, 1), of.logits), 1e-5) << "step " << i;
+    EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 2, 1), ob.logits), 1e-5) << "step " << i;
+    for (const auto& r : out.routes) {
+      if (r.sequence == 0) {
+        EXPECT_EQ(r.expert, 0) << "step " << i;
+      }
+      if (r.sequence == 1) {
+        EXPECT_FALSE(r.forced_expert) << "step " << i;
+      }
+      if (r.sequence == 2) {
+        EXPECT_EQ(r.expert, c.library_size - 1) << "step " << i;
+        EXPECT_NEAR(r.gate, 0.7, 1e-6);
+      }
+    }
+  }
+  shared.retain({0, 2});  // the forced sequences keep their paths after a retain
+  for (int64_t i = 12; i < 16; ++i) {
+    const std::vector<int64_t> t = {(i * 5 + 1) % c.vocab_size, (i * 7 + 3) % c.vocab_size};
+    auto out = shared.step(t);
+    EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 0, 1), alone_a.step({t[0]}).logits), 1e-5);
+    EXPECT_LT(testing::max_abs_diff(out.logits.narrow(0, 1, 1), alone_b.step({t[1]}).logits), 1e-5);
+  }
+}
+
 TEST(Decode, AdmittedSequencesDecodeAsIfAlone) {
   for (Family family : testing::all_families()) {
     auto c = testing::tiny_config(family);

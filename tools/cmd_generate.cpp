@@ -1,11 +1,12 @@
-// lol generate: continue prompts with the cached decoder; task vocabularies in and out as text.
+// lol generate: continue prompts with the cached decoder; text in and out through the model's
+// tokenizer (a task vocabulary, or comma-separated ids).
 #include <fstream>
 #include <iostream>
 
 #include "commands.h"
 #include "infer/generate.h"
 #include "model/checkpoint.h"
-#include "tasks/task.h"
+#include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/progress.h"
@@ -20,24 +21,8 @@ struct GenerateOptions {
   int64_t prompt_len = -1, max_tokens = 64, top_k = 0, batch_size = 32;
   double temperature = 0, top_p = 1;
   uint64_t seed = 0;
+  bool echo = false;
 };
-
-// A task prompt: text in the task vocabulary; P ends at "]" and the descriptor is router-only
-// unless the flags say otherwise.
-Prompt task_prompt(const tasks::Vocabulary& vocab, const std::string& text,
-                   const std::string& where) {
-  auto words = tasks::split_words(text);
-  LOL_CHECK(!words.empty(), where, ": empty prompt");
-  Prompt p;
-  p.tokens = vocab.encode(words, where);
-  auto open = std::find(words.begin(), words.end(), "[");
-  auto close = std::find(words.begin(), words.end(), "]");
-  if (open != words.end() && close != words.end() && close > open) {
-    p.prompt_len = close - words.begin() + 1;
-    for (auto i = open - words.begin(); i <= close - words.begin(); ++i) p.router_only.push_back(i);
-  }
-  return p;
-}
 
 }  // namespace
 
@@ -45,14 +30,18 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
   auto* cmd = app.add_subcommand("generate", "continue prompts with exact cached decoding");
   auto o = std::make_shared<GenerateOptions>();
   cmd->add_option("--model", o->model, "model directory")->required();
-  cmd->add_option("--prompt", o->prompt, "prompt text (needs --task)");
+  cmd->add_option("--prompt", o->prompt, "prompt text in the model's tokenizer");
   cmd->add_option("--tokens", o->tokens, "prompt token ids, comma-separated");
-  cmd->add_option("--prompts", o->prompts_file,
-                  "file with one prompt per line (text with --task, else ids)");
-  cmd->add_option("--task", o->task, "sudoku or maze: text in and out in that task's vocabulary")
+  cmd->add_option("--prompts", o->prompts_file, "file with one prompt per line (text)");
+  cmd->add_option("--task", o->task,
+                  "sudoku or maze: text in that task's vocabulary (default: the task of the "
+                  "model's training run, else comma-separated ids)")
       ->check(CLI::IsMember({"sudoku", "maze"}));
   cmd->add_option("--prompt-len", o->prompt_len,
                   "prompt window P (default: through ']' for task prompts, else 0)");
+  cmd->add_flag("--echo", o->echo,
+                "print each prompt before its continuation: whole sequences, as `lol task "
+                "score` reads them");
   cmd->add_option("--router-only", o->router_only, "router-only prompt positions, comma-separated");
   cmd->add_option("--force", o->force, "forced path JSON (docs/formats.md)");
   cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate at most")
@@ -65,7 +54,7 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
   cmd->add_option("--stop-token", o->stop_tokens,
                   "stop after this token id (repeatable; tasks stop at <eos>)");
   cmd->add_option("--stop", o->stop_strings,
-                  "stop when the text ends with this string (repeatable, with --task)");
+                  "stop when the generated text ends with this string (repeatable)");
   cmd->add_option("--routes", o->routes_out, "write every routing decision as JSON lines");
   cmd->add_option(
          "--batch-size", o->batch_size,
@@ -75,19 +64,10 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
   commands.emplace_back(cmd, [o] {
     const int given = !o->prompt.empty() + !o->tokens.empty() + !o->prompts_file.empty();
     LOL_CHECK(given == 1, "give exactly one of --prompt, --tokens and --prompts");
-    LOL_CHECK(o->task.empty() || o->tokens.empty(),
-              "--tokens takes ids; with --task give --prompt or --prompts");
-    LOL_CHECK(!o->task.empty() || o->prompt.empty(),
-              "--prompt needs --task (the model has no text tokenizer); give ids with --tokens");
     const auto device = selected_device();
     auto model = load_model(o->model, device);
     const auto& config = model->config();
-    const tasks::Vocabulary* vocab = nullptr;
-    if (!o->task.empty()) {
-      vocab = &tasks::vocabulary(tasks::parse_kind(o->task));
-      LOL_CHECK(vocab->size() <= config.vocab_size, "--task ", o->task, ": its vocabulary has ",
-                vocab->size(), " tokens but the model only ", config.vocab_size);
-    }
+    const auto tokenizer = model_tokenizer(o->model, config.vocab_size, o->task);
     std::vector<std::string> lines;
     if (!o->prompts_file.empty()) {
       std::ifstream in(o->prompts_file);
@@ -96,18 +76,27 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
         if (line.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(line);
       LOL_CHECK(!lines.empty(), "--prompts: ", o->prompts_file, " holds no prompt");
     } else {
-      lines.push_back(o->prompt.empty() ? o->tokens : o->prompt);
+      lines.push_back(o->prompt);
     }
     std::vector<Prompt> prompts;
     for (size_t i = 0; i < lines.size(); ++i) {
       const std::string where =
-          o->prompts_file.empty() ? "prompt" : o->prompts_file + " line " + std::to_string(i + 1);
-      Prompt p = vocab ? task_prompt(*vocab, lines[i], where)
-                       : Prompt{parse_int_list(where, lines[i]), 0, {}};
-      LOL_CHECK(!p.tokens.empty(), where, ": empty prompt");
-      for (auto t : p.tokens)
+          o->prompts_file.empty() ? "--prompt" : o->prompts_file + " line " + std::to_string(i + 1);
+      std::vector<int64_t> ids;
+      if (!o->tokens.empty()) {
+        ids = parse_int_list("--tokens", o->tokens);
+      } else {
+        try {
+          ids = tokenizer->encode(lines[i]);
+        } catch (const Error& e) {
+          fail(where, ": ", e.what());
+        }
+      }
+      LOL_CHECK(!ids.empty(), where, ": empty prompt");
+      for (auto t : ids)
         LOL_CHECK(t >= 0 && t < config.vocab_size, where, ": token id ", t,
                   " is outside the vocabulary [0, ", config.vocab_size, ")");
+      Prompt p = o->tokens.empty() ? tokenizer->prompt(ids) : Prompt{ids, 0, {}};
       if (o->prompt_len >= 0) p.prompt_len = o->prompt_len;
       if (!o->router_only.empty()) p.router_only = parse_int_list("--router-only", o->router_only);
       for (auto r : p.router_only)
@@ -124,20 +113,16 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
     sampling.seed = o->seed;
     sampling.max_tokens = o->max_tokens;
     sampling.stop_tokens = o->stop_tokens;
-    if (vocab) {
-      sampling.vocab_limit = vocab->size();  // never an id the task's text cannot show
-      sampling.stop_tokens.push_back(vocab->id("<eos>", "stop"));
-      if (!o->stop_strings.empty())
-        sampling.stop = [&](int64_t, const std::vector<int64_t>& generated) {
-          const std::string text = tasks::join_words(vocab->decode(generated));
-          for (const auto& s : o->stop_strings)
-            if (text.size() >= s.size() && text.compare(text.size() - s.size(), s.size(), s) == 0)
-              return true;
-          return false;
-        };
-    } else {
-      LOL_CHECK(o->stop_strings.empty(), "--stop needs --task (text); use --stop-token with ids");
-    }
+    sampling.vocab_limit = tokenizer->vocab_size();  // never an id the text cannot show
+    if (auto eos = tokenizer->eos()) sampling.stop_tokens.push_back(*eos);
+    if (!o->stop_strings.empty())
+      sampling.stop = [&](int64_t, const std::vector<int64_t>& generated) {
+        const std::string text = tokenizer->decode(generated);
+        for (const auto& s : o->stop_strings)
+          if (text.size() >= s.size() && text.compare(text.size() - s.size(), s.size(), s) == 0)
+            return true;
+        return false;
+      };
     ForcedPath force;
     const ForcedPath* force_ptr = nullptr;
     if (!o->force.empty()) {
@@ -156,12 +141,12 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
     std::string routes_text;
     for (size_t b = 0; b < results.size(); ++b) {
       const auto& g = results[b];
-      if (vocab) {
-        std::cout << tasks::join_words(vocab->decode(g.tokens)) << "\n";
+      if (o->echo) {
+        auto whole = prompts[b].tokens;
+        whole.insert(whole.end(), g.tokens.begin(), g.tokens.end());
+        std::cout << tokenizer->decode(whole) << "\n";
       } else {
-        std::string ids;
-        for (auto t : g.tokens) ids += (ids.empty() ? "" : ",") + std::to_string(t);
-        std::cout << ids << "\n";
+        std::cout << tokenizer->decode(g.tokens) << "\n";
       }
       for (const auto& r : g.routes) routes_text += r.to_json().dump() + "\n";
     }

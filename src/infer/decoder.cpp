@@ -55,14 +55,19 @@ struct Decoder::Layer {
   int64_t band() const { return spec.mask == CoreLayer::Mask::kSliding ? spec.window : 0; }
 };
 
+namespace {
+void check_force(const WindowRouting* routing, const ForcedPath* force, const ModelConfig& c) {
+  if (!force) return;
+  LOL_CHECK(routing != nullptr,
+            "a forced path needs a core that routes windows (family lol); this is a ",
+            enum_name(c.family), " model");
+  routing->check(*force);
+}
+}  // namespace
+
 Decoder::Decoder(LanguageModel model, torch::Device device, const ForcedPath* force)
     : model_(std::move(model)), device_(device), force_(force), routing_(model_->core().routing()) {
-  if (force_) {
-    LOL_CHECK(routing_ != nullptr,
-              "a forced path needs a core that routes windows (family lol); this is a ",
-              enum_name(model_->config().family), " model");
-    routing_->check(*force_);
-  }
+  check_force(routing_, force_, model_->config());
 }
 
 Decoder::~Decoder() = default;
@@ -213,7 +218,10 @@ DecodeOutput Decoder::prefill(const std::vector<Prompt>& prompts) {
   // continues the prompt window (SPEC 1.3 with P given up front).
   prompt_lens_.clear();
   for (const auto& p : prompts) prompt_lens_.push_back(p.prompt_len);
+  forces_.assign(prompts.size(), force_);
   out.logits = result.logits.index_select(0, torch::tensor(last, torch::kInt64).to(device_));
+  for (const auto& doc : layout.documents())
+    out.prompt_logits.push_back(result.logits.narrow(0, doc.start, doc.length));
   return out;
 }
 
@@ -261,19 +269,27 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
     l.ordinal[b] = window_ordinal(positions_[b], prompt_lens_[b], spec.window, spec.delta);
     ordinals.push_back(l.ordinal[b]);
   }
-  if (!opened.empty()) {
-    auto rows = torch::tensor(opened, torch::kInt64).to(device_);
-    auto inputs = routing_->router_inputs(x.index_select(0, rows),
-                                          l.closed_sum.index_select(0, rows), ordinals, spec.depth);
-    auto decision = routing_->route(inputs, spec.depth, ordinals, force_);
+  // The opening windows, routed in one call per forced path among them.
+  std::map<const ForcedPath*, std::vector<size_t>> by_force;
+  for (size_t i = 0; i < opened.size(); ++i) by_force[forces_[opened[i]]].push_back(i);
+  for (const auto& [force, members] : by_force) {
+    std::vector<int64_t> rows_of, ordinals_of;
+    for (size_t i : members) {
+      rows_of.push_back(opened[i]);
+      ordinals_of.push_back(ordinals[i]);
+    }
+    auto rows = torch::tensor(rows_of, torch::kInt64).to(device_);
+    auto inputs = routing_->router_inputs(
+        x.index_select(0, rows), l.closed_sum.index_select(0, rows), ordinals_of, spec.depth);
+    auto decision = routing_->route(inputs, spec.depth, ordinals_of, force);
     auto records = routes ? decision.records() : std::vector<RouteRecord>{};
-    for (size_t i = 0; i < opened.size(); ++i) {
-      const int64_t b = opened[i];
+    for (size_t i = 0; i < rows_of.size(); ++i) {
+      const int64_t b = rows_of[i];
       l.expert[b] = decision.experts[i];
       l.gate[b] = decision.gates[static_cast<int64_t>(i)];
       if (routes) {
         records[i].sequence = b;
-        records[i].window = ordinals[i];
+        records[i].window = ordinals_of[i];
         records[i].position = positions_[b];
         routes->push_back(std::move(records[i]));
       }
@@ -308,9 +324,20 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
 }
 
 DecodeOutput Decoder::admit(const std::vector<Prompt>& prompts) {
-  if (layers_.empty() || batch() == 0) return prefill(prompts);
-  Decoder incoming(model_, device_, force_);
+  return admit(prompts, force_);
+}
+
+DecodeOutput Decoder::admit(const std::vector<Prompt>& prompts, const ForcedPath* force) {
+  check_force(routing_, force, model_->config());
+  Decoder incoming(model_, device_, force);
   auto out = incoming.prefill(prompts);
+  if (layers_.empty() || batch() == 0) {
+    layers_ = std::move(incoming.layers_);
+    positions_ = std::move(incoming.positions_);
+    prompt_lens_ = std::move(incoming.prompt_lens_);
+    forces_ = std::move(incoming.forces_);
+    return out;
+  }
   const int64_t offset = batch();
   auto append = [](std::vector<int64_t>& to, const std::vector<int64_t>& from) {
     to.insert(to.end(), from.begin(), from.end());
@@ -329,6 +356,7 @@ DecodeOutput Decoder::admit(const std::vector<Prompt>& prompts) {
   }
   append(positions_, incoming.positions_);
   append(prompt_lens_, incoming.prompt_lens_);
+  forces_.insert(forces_.end(), incoming.forces_.begin(), incoming.forces_.end());
   for (auto& r : out.routes) r.sequence += offset;
   return out;
 }
@@ -341,6 +369,7 @@ void Decoder::retain(const std::vector<int64_t>& keep) {
   auto pick = [&](std::vector<int64_t>& v) { v = kept_rows(v, keep); };
   pick(positions_);
   pick(prompt_lens_);
+  forces_ = kept_rows(forces_, keep);
   auto idx = torch::tensor(keep, torch::kInt64).to(device_);
   for (auto& l : layers_) {
     l->cache->retain(keep);

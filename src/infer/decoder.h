@@ -21,12 +21,17 @@ namespace lol {
 using Prompt = TokenSequence;
 
 struct DecodeOutput {
-  torch::Tensor logits;             // (B, V): next-token logits after the tokens just fed
+  torch::Tensor logits;  // (B, V): next-token logits after the tokens just fed
+  // prefill() and admit(): each new prompt's logits at every one of its tokens (len, V); the
+  // last row is that prompt's row of `logits`. Log-probabilities of prompts (echo) read them.
+  std::vector<torch::Tensor> prompt_logits;
   std::vector<RouteRecord> routes;  // windows that opened during this call; sequence = row
 };
 
 class Decoder {
  public:
+  // `force` (if any) routes every sequence that does not bring its own (admit); it must outlive
+  // the decoder.
   Decoder(LanguageModel model, torch::Device device, const ForcedPath* force = nullptr);
   ~Decoder();
 
@@ -38,6 +43,9 @@ class Decoder {
   // returned logits are the new rows'; route sequence indices count from the old batch size.
   // On a decoder that holds no batch yet it is prefill().
   DecodeOutput admit(const std::vector<Prompt>& prompts);
+  // The same with the new sequences following their own forced path (null: none) instead of
+  // the decoder's; it must outlive their rows. Sequences of different paths share a batch.
+  DecodeOutput admit(const std::vector<Prompt>& prompts, const ForcedPath* force);
   // One token per sequence (router_only: per sequence, empty = none).
   DecodeOutput step(const std::vector<int64_t>& tokens,
                     const std::vector<uint8_t>& router_only = {});
@@ -73,8 +81,9 @@ class Decoder {
                           std::vector<RouteRecord>* routes);
   LanguageModel model_;
   torch::Device device_;
-  const ForcedPath* force_;
-  const WindowRouting* routing_;  // the core's window router; null for cores without one
+  const ForcedPath* force_;                // the default path of new sequences
+  std::vector<const ForcedPath*> forces_;  // each sequence's path (null: routed freely)
+  const WindowRouting* routing_;           // the core's window router; null for cores without one
   std::vector<std::unique_ptr<Layer>> layers_;  // execution order: prelude, core, coda
   std::vector<int64_t> positions_, prompt_lens_;
   Projection head_;  // the LM head (cached panels for a few rows)
