@@ -2,12 +2,16 @@
 // expand into all combinations; each is repeated and reported with its spread, and the header
 // stamps the commit, the BLAS, the thread counts (and, for the model suite, the machine's
 // measured matmul peak in the precision used). Suites: model (training), decode (inference), tasks
-// (data).
+// (data), analysis (routes), serve (HTTP).
 #include "../tools/commands.h"
 #include "bench_util.h"
 #include "suites.h"
 #include "train/precision.h"
 #include "util/error.h"
+#include "util/runtime.h"
+#ifdef LOL_HAVE_HTTPLIB
+#include "serve/engine.h"
+#endif
 
 namespace lol::cli {
 namespace {
@@ -33,15 +37,17 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     std::string contexts = "128,512,1024,4096", batches = "1,8,32", output = "md",
                 precision = "auto";
     std::vector<std::string> overrides;
-    int64_t batch = 8, puzzles = 200;
+    int64_t batch = 8, puzzles = 200, requests = 64, prompt_len = 32, max_tokens = 32,
+            parallel = 16;
+    std::string clients = "1,4,16";
     int reps = 5, warmup = 1, steps = 16;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--suite", o->suite,
-                  "model (training throughput), decode (inference), tasks (data generation) or "
-                  "analysis (route extraction)")
+                  "model (training throughput), decode (inference), tasks (data generation), "
+                  "analysis (route extraction) or serve (HTTP server under load)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"model", "decode", "tasks", "analysis"}));
+      ->check(CLI::IsMember({"model", "decode", "tasks", "analysis", "serve"}));
   cmd->add_option("--preset", o->preset, "model shape (preset name or config file)")
       ->capture_default_str();
   cmd->add_option("--set", o->overrides, "override a config key of the preset");
@@ -66,6 +72,20 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       ->check(at_least(1));
   cmd->add_option("--puzzles", o->puzzles,
                   "tasks: puzzles per repetition; analysis: puzzles (default 20, x5 strategies)")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--clients", o->clients, "serve: comma list of concurrent clients")
+      ->capture_default_str();
+  cmd->add_option("--requests", o->requests, "serve: requests per measurement")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--prompt-len", o->prompt_len, "serve: prompt tokens per request")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--max-tokens", o->max_tokens, "serve: tokens generated per request")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--parallel", o->parallel, "serve: the server's --parallel")
       ->capture_default_str()
       ->check(at_least(1));
   cmd->add_option("--reps", o->reps, "timed repetitions")
@@ -100,6 +120,26 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       a.device = selected_device();
       bench::bench_analysis(a);
       return;
+    }
+    if (o->suite == "serve") {
+#ifdef LOL_HAVE_HTTPLIB
+      bench::ServeBenchOptions sv;
+      sv.base = base;
+      sv.clients = positive_list("--clients", o->clients);
+      sv.requests = o->requests;
+      sv.prompt_len = o->prompt_len;
+      sv.max_tokens = o->max_tokens;
+      sv.parallel = o->parallel;
+      sv.output = o->output;
+      sv.device = selected_device();
+      // Both the server and generate() run with the threads `lol serve` takes by default.
+      if (global_options().threads == 0)
+        configure_runtime(serve::default_serving_threads(sv.device));
+      bench::bench_serve(sv);
+      return;
+#else
+      fail("--suite serve: this build has no HTTP server (cpp-httplib was not found)");
+#endif
     }
     if (o->suite == "decode") {
       bench::DecodeBenchOptions d;

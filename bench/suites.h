@@ -49,6 +49,17 @@ struct AnalysisBenchOptions {
 // Routes extracted per second (lol route) against the forward pass alone on the same batches.
 void bench_analysis(const AnalysisBenchOptions& options);
 
+struct ServeBenchOptions {
+  ModelConfig base;
+  std::vector<int64_t> clients;  // concurrent streaming clients, one measurement each
+  int64_t requests = 64, prompt_len = 32, max_tokens = 32, parallel = 16;
+  std::string output = "md";
+  torch::Device device = torch::kCPU;
+};
+// The server on loopback: requests/s, tokens/s, time to first token and per-token latency
+// under N concurrent clients, against generate() on the same prompts. Needs cpp-httplib.
+void bench_serve(const ServeBenchOptions& options);
+
 // Task data as a pipeline: puzzles/s generated and traced per strategy, tokens/s streamed.
 void bench_tasks(int64_t puzzles, int reps, const std::string& output);
 

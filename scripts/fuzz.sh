@@ -3,7 +3,7 @@
 # UBSan), runs fuzz_TARGET from its committed corpus for SECONDS (or -runs=N in the extra
 # arguments), then merges what found new coverage back into the corpus, minimised.
 #   scripts/fuzz.sh TARGET [SECONDS] [libFuzzer flags...]
-#   targets: safetensors config forced_path shard task_text routes
+#   targets: safetensors config forced_path shard task_text routes completion_request
 # A corpus is committed as one tar archive, fuzz/corpus/TARGET.tar (what the tests replay).
 # Crashes, hangs (-timeout) and leaks stop the run; the input is written to runs/fuzz/TARGET/.
 # The last lines printed are libFuzzer's final stats (executions, rate, peak memory).

@@ -11,7 +11,13 @@ packages=(
   libcli11-dev            # command-line parsing of the lol tool
   libgtest-dev libgmock-dev  # test suite
   clang-format            # the format check of scripts/test.sh (.clang-format)
+  libcpp-httplib-dev      # HTTP server of `lol serve` (shared library; flags from pkg-config)
+  curl                    # the server tests drive it with curl
+  chromium                # headless browser for the explorer page test (tests/node)
 )
+# Node.js and npm run the real-client server tests (openai, playwright-core); a machine that
+# already has Node (e.g. from NodeSource) keeps it.
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -24,6 +30,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The server tests' clients, pinned by tests/node/package-lock.json; reinstalled only when the
+# lock file changed since the last install.
+node_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/node"
+if [ ! -f "$node_dir/node_modules/.package-lock.json" ] ||
+   [ "$node_dir/package-lock.json" -nt "$node_dir/node_modules/.package-lock.json" ]; then
+  echo "setup: npm ci in tests/node"
+  (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 # LibTorch must resolve BLAS to OpenBLAS, not the reference implementation.

@@ -20,6 +20,7 @@ sed -E -i \
   -e 's/--count [0-9]+/--count 3/g' \
   -e '/"\$LOL" bench/ s/--seq-len [0-9,]+//' \
   -e 's/"\$LOL" bench/"$LOL" bench --seq-len 64 --batch 2 --reps 1 --warmup 0 --contexts 32 --batches 1 --steps 2 --puzzles 2/' \
+  -e 's/--suite serve/--suite serve --requests 4 --clients 2/' \
   blocks.sh
 # One command per line (continuations joined), each announced with the time it starts.
 awk '/\\$/ {sub(/\\$/, ""); line = line $0; next} {line = line $0; if (line ~ /^[[:space:]]*(#|$)/) {line = ""; next}
@@ -38,6 +39,7 @@ check "forced forward marks the forced entry" 'grep -q "\"forced_expert\":true" 
 check "task trace reproduces the data" 'cmp -s maze.txt traced.txt'
 check "one continuation per question" '[ "$(wc -l <continuations.txt)" -eq "$(wc -l <questions.txt)" ]'
 check "routes written" '[ -s routes.jsonl ]'
+check "served completion with routes" 'grep -q "\"routes\":\[{" completion.json'
 check "untrained model written" '[ -f runs/untrained/model.safetensors ]'
 check "routes of every strategy" '[ "$(grep -c "\"label\"" routes.jsonl)" -eq 15 ]'
 check "a mode path per strategy" '[ "$(ls paths | wc -l)" -eq 5 ] && grep -q "\"count\"" paths/bfs.json'

@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
   lol::cli::add_route_command(app, commands);
   lol::cli::add_path_command(app, commands);
   lol::cli::add_report_command(app, commands);
+#ifdef LOL_HAVE_HTTPLIB
+  lol::cli::add_serve_command(app, commands);
+#endif
   lol::cli::add_bench_command(app, commands);
   try {
     app.parse(argc, argv);
