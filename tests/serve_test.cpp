@@ -478,6 +478,58 @@ TEST(ServeHttp, FullQueueAnswers429) {
   ::close(fd);
 }
 
+// The server listens before the model is loaded and says so.
+TEST(ServeHttp, HealthIs503UntilTheModelIsLoaded) {
+  serve::ServerOptions options;
+  options.port = 0;
+  serve::HttpServer server(options);
+  const int port = server.bind();
+  std::thread listener([&] { server.listen(); });
+  httplib::Client cli("127.0.0.1", port);
+  auto loading = cli.Get("/health");
+  ASSERT_TRUE(loading);
+  EXPECT_EQ(loading->status, 503);
+  EXPECT_NE(loading->body.find("loading"), std::string::npos);
+  auto early =
+      cli.Post("/v1/completions", json{{"prompt", maze_text()}}.dump(), "application/json");
+  ASSERT_TRUE(early);
+  EXPECT_EQ(early->status, 503);
+  server.attach(testing::make_model(maze_config(), 33), testing::device(), task_tokenizer("maze"),
+                "test");
+  auto ready = cli.Get("/health");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200);
+  server.stop(std::chrono::milliseconds(0));
+  listener.join();
+}
+
+// A client that sends half a request and stalls is dropped after --timeout; others go on.
+TEST(ServeHttp, SlowClientIsDropped) {
+  serve::ServerOptions options;
+  options.io_timeout_seconds = 1;
+  TestServer server(options);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string partial =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{";
+  ASSERT_EQ(::send(fd, partial.data(), partial.size(), 0), static_cast<ssize_t>(partial.size()));
+  const auto start = std::chrono::steady_clock::now();
+  char buf[256];
+  const auto n = ::recv(fd, buf, sizeof buf, 0);  // returns when the server gives up on it
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ::close(fd);
+  EXPECT_LT(waited, 10.0) << "received " << n;
+  auto cli = server.client();
+  auto ok = cli.Get("/health");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
 TEST(ServeHttp, ApiKeyIsRequiredWhenSet) {
   serve::ServerOptions options;
   options.api_key = "sesame";
