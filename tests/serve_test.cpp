@@ -448,6 +448,8 @@ TEST(ServeHttp, ClientThatDisconnectsMidStreamIsDropped) {
   const int fd = open_request(server.port(), body.dump());
   ASSERT_TRUE(read_until(fd, "data: "));  // tokens are flowing
   auto& metrics = server.server().metrics();
+  for (int i = 0; i < 200 && metrics.value("lol_batch_size") != 1; ++i)  // set after the token
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(metrics.value("lol_batch_size"), 1);
   ::close(fd);
   for (int i = 0; i < 200 && metrics.value("lol_batch_size") != 0; ++i)
@@ -585,14 +587,22 @@ TEST(ServeHttp, RoutesAndForcedPaths) {
       EXPECT_EQ(w["expert"], 1) << "token " << t;
       EXPECT_TRUE(w["forced"].get<bool>());
     }
-  auto metrics = cli.Get("/metrics");
-  ASSERT_TRUE(metrics);
-  EXPECT_NE(metrics->body.find("lol_expert_windows_total{depth=\"1\",expert=\"1\"}"),
-            std::string::npos);
-  EXPECT_NE(metrics->body.find("lol_time_to_first_token_seconds_bucket"), std::string::npos);
-  EXPECT_NE(metrics->body.find("lol_requests_total{path=\"/v1/completions\",status=\"200\"} 2"),
+  // The request counter is updated after a response is written: poll until both are in.
+  std::string text;
+  for (int i = 0; i < 100; ++i) {
+    auto metrics = cli.Get("/metrics");
+    ASSERT_TRUE(metrics);
+    text = metrics->body;
+    if (text.find("lol_requests_total{path=\"/v1/completions\",status=\"200\"} 2") !=
+        std::string::npos)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_NE(text.find("lol_expert_windows_total{depth=\"1\",expert=\"1\"}"), std::string::npos);
+  EXPECT_NE(text.find("lol_time_to_first_token_seconds_bucket"), std::string::npos);
+  EXPECT_NE(text.find("lol_requests_total{path=\"/v1/completions\",status=\"200\"} 2"),
             std::string::npos)
-      << metrics->body;
+      << text;
 }
 
 #endif  // LOL_HAVE_HTTPLIB

@@ -67,16 +67,29 @@ std::string cut_at_stop(const std::string& text, const std::vector<std::string>&
   return text.substr(0, cut);
 }
 
+// A prompt must hold at least one token and fit the context.
+void check_prompt_length(const std::vector<int64_t>& ids, const ServedModel& model,
+                         const std::string& param) {
+  if (ids.empty()) bad(param, "a prompt is empty: it needs at least one token");
+  if (static_cast<int64_t>(ids.size()) > model.config->max_seq_len)
+    bad(param, "a prompt has " + std::to_string(ids.size()) +
+                   " tokens, more than the model's context of " +
+                   std::to_string(model.config->max_seq_len));
+}
+
+// The tokenizer's ids of `text`, or a 400 naming `param`.
+std::vector<int64_t> encode(const ServedModel& model, const std::string& text,
+                            const std::string& param) {
+  try {
+    return model.tokenizer->encode(text);
+  } catch (const Error& e) {
+    bad(param, "cannot tokenize the " + param + ": " + e.what());
+  }
+}
+
 std::vector<std::vector<int64_t>> parse_prompts(const json& body, const ServedModel& model) {
   const json* p = field(body, "prompt");
   if (!p) bad("prompt", "'prompt' is required");
-  auto encode = [&](const std::string& text) {
-    try {
-      return model.tokenizer->encode(text);
-    } catch (const Error& e) {
-      bad("prompt", std::string("cannot tokenize the prompt: ") + e.what());
-    }
-  };
   auto ids = [&](const json& list) {
     std::vector<int64_t> out;
     for (const auto& t : list) {
@@ -93,7 +106,7 @@ std::vector<std::vector<int64_t>> parse_prompts(const json& body, const ServedMo
   };
   std::vector<std::vector<int64_t>> prompts;
   if (p->is_string()) {
-    prompts.push_back(encode(p->get<std::string>()));
+    prompts.push_back(encode(model, p->get<std::string>(), "prompt"));
   } else if (p->is_array() && !p->empty()) {
     const auto& first = p->front();
     if (first.is_number_integer()) {
@@ -101,7 +114,7 @@ std::vector<std::vector<int64_t>> parse_prompts(const json& body, const ServedMo
     } else if (first.is_string()) {
       for (const auto& s : *p) {
         if (!s.is_string()) bad("prompt", "a list of prompts must hold only strings");
-        prompts.push_back(encode(s.get<std::string>()));
+        prompts.push_back(encode(model, s.get<std::string>(), "prompt"));
       }
     } else if (first.is_array()) {
       for (const auto& l : *p) {
@@ -118,13 +131,7 @@ std::vector<std::vector<int64_t>> parse_prompts(const json& body, const ServedMo
         "'prompt' must be a string, a list of strings, a list of token ids or a list "
         "of token-id lists (not empty)");
   }
-  for (const auto& ids_of : prompts) {
-    if (ids_of.empty()) bad("prompt", "a prompt is empty: it needs at least one token");
-    if (static_cast<int64_t>(ids_of.size()) > model.config->max_seq_len)
-      bad("prompt", "a prompt has " + std::to_string(ids_of.size()) +
-                        " tokens, more than the model's context of " +
-                        std::to_string(model.config->max_seq_len));
-  }
+  for (const auto& ids_of : prompts) check_prompt_length(ids_of, model, "prompt");
   return prompts;
 }
 
@@ -153,17 +160,8 @@ std::vector<int64_t> parse_messages(const json& body, const ServedModel& model) 
   } else {
     bad("messages", "the last message's 'content' must be a string or a list of text parts");
   }
-  std::vector<int64_t> ids;
-  try {
-    ids = model.tokenizer->encode(text);
-  } catch (const Error& e) {
-    bad("messages", std::string("cannot tokenize the message: ") + e.what());
-  }
-  if (ids.empty()) bad("messages", "the last message is empty: it needs at least one token");
-  if (static_cast<int64_t>(ids.size()) > model.config->max_seq_len)
-    bad("messages", "the message has " + std::to_string(ids.size()) +
-                        " tokens, more than the model's context of " +
-                        std::to_string(model.config->max_seq_len));
+  auto ids = encode(model, text, "messages");
+  check_prompt_length(ids, model, "messages");
   return ids;
 }
 
@@ -505,13 +503,8 @@ json tokenize(const json& body, const ServedModel& model) {
   const json* p = field(body, "prompt");
   if (!p || !p->is_string()) bad("prompt", "'prompt' must be a string");
   get_bool(body, "add_special_tokens", true);  // checked; no tokenizer here adds any
-  try {
-    const auto ids = model.tokenizer->encode(p->get<std::string>());
-    return json{
-        {"tokens", ids}, {"count", ids.size()}, {"max_model_len", model.config->max_seq_len}};
-  } catch (const Error& e) {
-    bad("prompt", std::string("cannot tokenize: ") + e.what());
-  }
+  const auto ids = encode(model, p->get<std::string>(), "prompt");
+  return json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model.config->max_seq_len}};
 }
 
 json detokenize(const json& body, const ServedModel& model) {
