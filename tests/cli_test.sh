@@ -26,6 +26,14 @@ expect_error() {
   fi
 }
 
+# The launcher sets the OpenMP runtime's spin count before the engine loads it (libgomp reads
+# it once, at load), and a caller's own setting wins.
+shown=$(OMP_DISPLAY_ENV=verbose "$lol" --version 2>&1)
+grep -q "GOMP_SPINCOUNT = '3000'" <<<"$shown" &&
+  pass "launcher sets GOMP_SPINCOUNT before the engine loads" || failed "launcher: GOMP_SPINCOUNT not in effect"
+shown=$(OMP_DISPLAY_ENV=verbose GOMP_SPINCOUNT=77 "$lol" --version 2>&1)
+grep -q "GOMP_SPINCOUNT = '77'" <<<"$shown" && pass "a caller's GOMP_SPINCOUNT wins" ||
+  failed "launcher overrode the caller's GOMP_SPINCOUNT"
 expect_ok "init" "$lol" init --preset tiny --seed 1 --out "$dir/m"
 expect_ok "info" "$lol" info --model "$dir/m" --json
 expect_ok "forward" "$lol" forward --model "$dir/m" --tokens 1,2,3,4,5,6,7,8,9 --prompt-len 2 --router-only 1 --out "$dir/f.json"

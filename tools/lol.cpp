@@ -1,4 +1,5 @@
-// lol: one binary, git-style subcommands over the library.
+// lol-engine: one binary, git-style subcommands over the library. Users run it through the
+// `lol` launcher (tools/launcher/), which sets the thread runtimes' environment first.
 #include <torch/torch.h>
 
 #include <iostream>
@@ -9,7 +10,6 @@
 #include "util/version.h"
 
 int main(int argc, char** argv) {
-  lol::ensure_runtime_environment(argv);
   CLI::App app{"lol: Library-of-Layers engine (train, run, inspect LoL models)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(lol::version()) + " (" + lol::git_commit() + ")");

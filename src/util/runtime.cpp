@@ -26,28 +26,6 @@ Fn find_symbol(const char* name) {
 
 }  // namespace
 
-void ensure_runtime_environment(char** argv) {
-  if (std::getenv("LOL_RUNTIME_ENV") != nullptr) return;
-  bool changed = false;
-  auto set_default = [&](const char* name, const char* value) {
-    if (std::getenv(name) == nullptr) {
-      ::setenv(name, value, 1);
-      changed = true;
-    }
-  };
-  // OpenMP workers spin ~3000 rounds (tens of microseconds) after a parallel region, then
-  // sleep: back-to-back regions (a decode step's few-row products) find them awake, and they
-  // do not spin against OpenBLAS's threads for long. Measured against OMP_WAIT_POLICY=PASSIVE
-  // (docs/performance.md). A caller's OMP_WAIT_POLICY or GOMP_SPINCOUNT wins.
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr) set_default("GOMP_SPINCOUNT", "3000");
-  set_default("OPENBLAS_THREAD_TIMEOUT", "4");
-  ::setenv("LOL_RUNTIME_ENV", "1", 1);
-  if (changed) {
-    ::execv("/proc/self/exe", argv);
-    // execv only returns on failure; carry on with the settings we have.
-  }
-}
-
 void configure_runtime(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(threads);

@@ -14,11 +14,8 @@ struct RuntimeInfo {
   int blas_threads = 0;  // OpenBLAS threads (-1 when the BLAS does not say)
 };
 
-// Re-executes the process once with the environment settings that must be in place before
-// the OpenMP and OpenBLAS runtimes load (a short OpenMP spin before sleeping, a short BLAS
-// thread timeout).
-// Call first thing in main(); returns normally when nothing needs to change.
-void ensure_runtime_environment(char** argv);
+// The environment the OpenMP and OpenBLAS runtimes read when they load is set by the `lol`
+// launcher (tools/launcher/lol_launcher.cpp) before it executes the engine.
 
 // Sizes both pools to `threads` (0 = number of cores) and raises the allocator's mmap and
 // trim thresholds so large temporaries are reused instead of page-faulted on every step.
