@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev  # test suite
   clang-format            # the format check of scripts/test.sh (.clang-format)
   libcpp-httplib-dev      # HTTP server of `lol serve` (shared library; flags from pkg-config)
+  libgloo-dev             # Gloo headers that LibTorch's c10d ProcessGroupGloo.hpp includes
   curl                    # the server tests drive it with curl
   chromium                # headless browser for the explorer page test (tests/node)
 )

@@ -1,8 +1,15 @@
 // lol train: train any family from scratch, or resume a run exactly.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "commands.h"
 #include "infer/generate.h"
@@ -12,6 +19,7 @@
 #include "train/trainer.h"
 #include "util/files.h"
 #include "util/progress.h"
+#include "util/runtime.h"
 
 namespace lol::cli {
 namespace {
@@ -110,6 +118,77 @@ void report(Trainer& trainer, torch::Device device) {
   print_routes(sample.routes);
 }
 
+// lol train --nproc N: starts N workers (this command again, without --nproc) that join one
+// process group through a FileStore, and waits for them. A worker that fails stops the others;
+// SIGINT/SIGTERM reach every worker, which stop together at a step and checkpoint.
+void launch_workers(int nproc) {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  for (std::string a; std::getline(in, a, '\0');) args.push_back(a);
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (args[i].rfind("--nproc=", 0) == 0) continue;
+    kept.push_back(args[i]);
+  }
+  const std::string store =
+      "/tmp/lol_dist_" + std::to_string(::getpid()) + "_" +
+      std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < nproc; ++r) {
+    const pid_t pid = ::fork();
+    LOL_CHECK(pid >= 0, "--nproc: cannot start worker ", r);
+    if (pid == 0) {
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      ::setenv("LOL_DIST_STORE", store.c_str(), 1);
+      std::vector<char*> argv;
+      for (auto& a : kept) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv("/proc/self/exe", argv.data());
+      std::_Exit(127);
+    }
+    pids.push_back(pid);
+  }
+  install_interrupt_handler();
+  bool forwarded = false;
+  std::string failure;
+  size_t running = pids.size();
+  while (running > 0) {
+    int status = 0;
+    const pid_t done = ::waitpid(-1, &status, WNOHANG);
+    if (done > 0) {
+      --running;
+      const auto r = std::find(pids.begin(), pids.end(), done) - pids.begin();
+      pids[static_cast<size_t>(r)] = -1;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && failure.empty()) {
+        failure =
+            "worker rank " + std::to_string(r) +
+            (WIFSIGNALED(status) ? " was killed by signal " + std::to_string(WTERMSIG(status))
+                                 : " exited with status " + std::to_string(WEXITSTATUS(status)));
+        for (pid_t p : pids)
+          if (p > 0) ::kill(p, SIGTERM);  // the others stop (their collectives fail at once)
+      }
+      continue;
+    }
+    if (interrupt_requested() && !forwarded) {
+      for (pid_t p : pids)
+        if (p > 0) ::kill(p, SIGINT);
+      forwarded = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::unlink(store.c_str());
+  LOL_CHECK(failure.empty(), failure,
+            "; the run's last checkpoint is intact: resume it with --resume (at any number of "
+            "workers)");
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
@@ -121,6 +200,7 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     int64_t steps = 0;
     uint64_t seed = 0;
     bool overwrite = false;
+    int nproc = 1;
   };
   auto o = std::make_shared<Opts>();
   add_model_flags(cmd, o->model);
@@ -132,15 +212,33 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   cmd->add_option("--out", o->out, "run directory for a new run");
   cmd->add_option("--resume", o->resume, "run directory to continue from its latest checkpoint");
   cmd->add_flag("--overwrite", o->overwrite, "start over in a run directory that holds a run");
+  cmd->add_option("--nproc", o->nproc,
+                  "data-parallel workers on this machine (docs/distributed.md); torchrun's "
+                  "environment starts one worker per process instead")
+      ->check(at_least(1));
   commands.emplace_back(cmd, [o] {
+    const auto dist_config = distributed_from_env();
+    if (o->nproc > 1 && !dist_config.active()) return launch_workers(o->nproc);
     const auto device = selected_device();
+    std::shared_ptr<Distributed> dist;
+    if (dist_config.active()) {
+      // Local workers share the cores unless --threads says otherwise.
+      const char* local = std::getenv("LOCAL_WORLD_SIZE");
+      const int local_world = local ? std::max(1, std::atoi(local)) : 1;
+      if (global_options().threads == 0)
+        configure_runtime(
+            std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_world));
+      dist = std::make_shared<Distributed>(dist_config, device);
+    }
+    const bool main_rank = !dist || dist->rank() == 0;
     std::unique_ptr<Trainer> trainer;
     if (!o->resume.empty()) {
       LOL_CHECK(o->out.empty() && !o->model.given() && o->train_overrides.empty() &&
                     o->data.empty() && o->steps == 0,
                 "--resume continues a run as it was configured; it takes no other run options");
-      trainer = Trainer::resume(o->resume, device);
-      std::cerr << "resuming " << o->resume << " at step " << trainer->step() << "\n";
+      trainer = Trainer::resume(o->resume, device, dist);
+      if (main_rank)
+        std::cerr << "resuming " << o->resume << " at step " << trainer->step() << "\n";
     } else {
       LOL_CHECK(!o->out.empty(), "give --out DIR for a new run, or --resume DIR");
       LOL_CHECK(o->overwrite || !path_exists(o->out + "/checkpoints"), "--out: ", o->out,
@@ -153,17 +251,22 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       for (const auto& a : o->train_overrides) apply_override(TrainConfig::fields(), a, tc);
       tc.validate();
       // Only now, with every setting checked, may an old run be replaced.
-      if (o->overwrite) remove_tree(o->out);
+      if (o->overwrite && main_rank) remove_tree(o->out);
       LanguageModel model(config);
       model->initialize(o->seed);
-      trainer = std::make_unique<Trainer>(model, tc, o->out, device);
+      trainer = std::make_unique<Trainer>(model, tc, o->out, device, dist);
     }
     const auto& tc = trainer->config();
+    install_interrupt_handler();
+    if (!main_rank) {  // the other ranks train silently; rank 0 reports and writes
+      trainer->run([] { return interrupt_requested(); });
+      return;
+    }
     std::cerr << "training " << enum_name(trainer->model()->config().family) << " on " << tc.data
               << " for " << tc.steps << " steps (" << tc.batch_rows << " x " << tc.seq_len
-              << " tokens x " << tc.grad_accum << " per step); metrics in "
-              << (o->resume.empty() ? o->out : o->resume) << "/metrics.jsonl\n";
-    install_interrupt_handler();
+              << " tokens x " << tc.grad_accum << " per step"
+              << (dist ? ", " + std::to_string(dist->world()) + " workers" : std::string())
+              << "); metrics in " << (o->resume.empty() ? o->out : o->resume) << "/metrics.jsonl\n";
     Progress progress("train", tc.steps, trainer->step(), tc.log_every);
     double last_eval = -1, last_accuracy = 0;
     trainer->run(

@@ -14,6 +14,17 @@ namespace lol {
 
 namespace fs = std::filesystem;
 
+namespace {
+// splitmix64 of (seed, step, micro-batch): unrelated streams for nearby arguments.
+uint64_t noise_seed(uint64_t seed, int64_t step, int64_t micro) {
+  uint64_t z = seed ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(step + 1)) ^
+               (0xD1B54A32D192ED03ULL * static_cast<uint64_t>(micro + 1));
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
 json StepMetrics::to_json() const {
   json j = {{"step", step},
             {"loss", loss},
@@ -29,18 +40,34 @@ json StepMetrics::to_json() const {
     j["bias_max"] = bias_max;
     j["router_agreement"] = agreement;
   }
+  if (comm_bytes > 0) {
+    j["comm_seconds"] = comm_seconds;
+    j["comm_bytes"] = comm_bytes;
+  }
   if (eval_loss) j["eval_loss"] = *eval_loss;
   if (eval_accuracy) j["eval_accuracy"] = *eval_accuracy;
   return j;
 }
 
-Trainer::Trainer(LanguageModel model, TrainConfig config, std::string run_dir, torch::Device device)
+Trainer::Trainer(LanguageModel model, TrainConfig config, std::string run_dir, torch::Device device,
+                 std::shared_ptr<Distributed> dist)
     : model_(std::move(model)),
       config_(std::move(config)),
       run_dir_(std::move(run_dir)),
-      device_(device) {
+      device_(device),
+      dist_(std::move(dist)) {
   config_.validate();
+  LOL_CHECK(config_.grad_accum % world() == 0, "grad_accum (", config_.grad_accum,
+            ", micro-batches per step over all workers) must be a multiple of the number of "
+            "workers, ",
+            world());
   model_->to(device_);
+  if (dist_) {  // every rank starts from rank 0's parameters and balance biases
+    std::vector<torch::Tensor> state;
+    for (auto& [name, t] : model_->named_state()) state.push_back(t.detach());
+    torch::NoGradGuard no_grad;
+    dist_->broadcast(state);
+  }
   // The run's randomness (router noise) comes from the CPU generator, which LibTorch seeds
   // differently in every process: seed it from the config so the same command gives the same
   // run (a resume then restores the saved state over this).
@@ -55,8 +82,10 @@ Trainer::Trainer(LanguageModel model, TrainConfig config, std::string run_dir, t
             model_->config().vocab_size);
   packer_ = std::make_unique<Packer>(*source_, config_.batch_rows, config_.seq_len);
   build_optimizers();
-  make_directories(run_dir_);
-  write_file_atomic(run_dir_ + "/train_config.json", config_.to_json().dump(2) + "\n");
+  if (writes()) {
+    make_directories(run_dir_);
+    write_file_atomic(run_dir_ + "/train_config.json", config_.to_json().dump(2) + "\n");
+  }
 }
 
 void Trainer::build_optimizers() {
@@ -85,17 +114,30 @@ void Trainer::build_optimizers() {
 StepMetrics Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
   StepMetrics m;
+  const double comm_seconds0 = dist_ ? dist_->seconds() : 0;
+  const int64_t comm_bytes0 = dist_ ? dist_->bytes() : 0;
   const auto& mc = model_->config();
   m.depth = grown_depth(config_, mc.core_depth, step_);
   m.lr = learning_rate(config_, step_);
   model_->train();
   // Read every micro-batch first so the loss is a mean over all of the step's target tokens.
+  // Every rank packs the whole stream and keeps micro-batches i with i % world == rank, so the
+  // data position is one number for the run, whatever its world size.
   std::vector<TrainBatch> micro;
+  std::vector<int64_t> micro_index;
   int64_t loss_tokens = 0, tokens = 0;
   for (int64_t i = 0; i < config_.grad_accum; ++i) {
-    micro.push_back(packer_->next());
-    loss_tokens += micro.back().loss_tokens;
-    tokens += micro.back().tokens;
+    auto b = packer_->next();
+    if (i % world() != rank()) continue;
+    loss_tokens += b.loss_tokens;
+    tokens += b.tokens;
+    micro.push_back(std::move(b));
+    micro_index.push_back(i);
+  }
+  if (dist_) {
+    const auto total = dist_->sum({static_cast<double>(loss_tokens), static_cast<double>(tokens)});
+    loss_tokens = static_cast<int64_t>(total[0]);
+    tokens = static_cast<int64_t>(total[1]);
   }
   // Gradients are reset to none, not to zero: a parameter the step does not reach (an expert no
   // window chose, FiLM rows beyond the grown depth) then has no gradient, and the optimizers
@@ -108,7 +150,15 @@ StepMetrics Trainer::train_step() {
   ForwardOptions options;
   options.executed_depth = m.depth;
   options.router_noise = true;
-  for (auto& b : micro) {
+  for (size_t k = 0; k < micro.size(); ++k) {
+    auto& b = micro[k];
+    // Router noise of micro-batch i of step s comes from a generator seeded by (seed, s, i):
+    // the same draws whichever rank runs it.
+    {
+      auto generator = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_current_seed(noise_seed(config_.seed, step_, micro_index[k]));
+    }
     Layout layout(b.batch, mc.vocab_size, device_);
     ForwardResult result;
     {
@@ -121,6 +171,21 @@ StepMetrics Trainer::train_step() {
     loss_sum += loss.item<double>();
     (loss / static_cast<double>(std::max<int64_t>(1, loss_tokens))).backward();
     model_->core().count_loads(result.routes, loads);
+  }
+  if (dist_) {
+    loss_sum = dist_->sum({loss_sum})[0];
+    sync_gradients();
+    // Balance loads and router agreement over every rank's windows (SPEC 1.7).
+    std::vector<double> flat;
+    for (const auto& l : loads.loads) flat.insert(flat.end(), l.begin(), l.end());
+    flat.push_back(static_cast<double>(loads.agreements));
+    flat.push_back(static_cast<double>(loads.decisions));
+    flat = dist_->sum(flat);
+    size_t at = 0;
+    for (auto& l : loads.loads)
+      for (auto& x : l) x = flat[at++];
+    loads.agreements = static_cast<int64_t>(flat[at++]);
+    loads.decisions = static_cast<int64_t>(flat[at++]);
   }
   m.loss = loss_sum / static_cast<double>(std::max<int64_t>(1, loss_tokens));
   std::vector<torch::Tensor> params;
@@ -157,7 +222,28 @@ StepMetrics Trainer::train_step() {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m.tokens_per_s = static_cast<double>(tokens) / seconds;
+  if (dist_) {
+    m.comm_seconds = dist_->seconds() - comm_seconds0;
+    m.comm_bytes = dist_->bytes() - comm_bytes0;
+  }
   return m;
+}
+
+void Trainer::sync_gradients() {
+  // Which parameters some rank reached: those get a gradient everywhere (zeros where this rank
+  // did not reach them) and are summed; the others keep none, as on one worker.
+  auto params = model_->parameters();
+  std::vector<double> reached;
+  for (const auto& p : params) reached.push_back(p.grad().defined() ? 1.0 : 0.0);
+  reached = dist_->sum(reached);
+  std::vector<torch::Tensor> grads;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (reached[i] == 0) continue;
+    auto& p = params[i];
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  if (!grads.empty()) dist_->all_reduce_sum(grads);
 }
 
 EvalResult Trainer::evaluate() {
@@ -198,24 +284,30 @@ EvalResult Trainer::evaluate() {
 void Trainer::run(const std::function<bool()>& should_stop,
                   const std::function<void(const StepMetrics&)>& on_step) {
   const std::string metrics_path = run_dir_ + "/metrics.jsonl";
-  std::ofstream metrics(metrics_path, std::ios::app);
-  LOL_CHECK(metrics.good(), "cannot open ", metrics_path);
+  std::ofstream metrics;
+  if (writes()) {
+    metrics.open(metrics_path, std::ios::app);
+    LOL_CHECK(metrics.good(), "cannot open ", metrics_path);
+  }
   int64_t last_saved = -1;
   while (step_ < config_.steps) {
     auto m = train_step();
     const bool last = step_ == config_.steps;
-    if ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || last) {
+    if (writes() && ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || last)) {
       const auto eval = evaluate();
       m.eval_loss = eval.loss;
       m.eval_accuracy = eval.accuracy;
     }
-    metrics << m.to_json().dump() << "\n" << std::flush;
+    if (writes()) metrics << m.to_json().dump() << "\n" << std::flush;
     if (on_step) on_step(m);
     if ((config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) || last) {
       save_checkpoint();
       last_saved = step_;
     }
-    if (should_stop && should_stop()) break;
+    // Every rank stops at the same step when any was asked to.
+    bool stop = should_stop && should_stop();
+    if (dist_) stop = dist_->sum({stop ? 1.0 : 0.0})[0] > 0;
+    if (stop) break;
   }
   if (last_saved != step_) save_checkpoint();
 }
@@ -223,6 +315,7 @@ void Trainer::run(const std::function<bool()>& should_stop,
 std::string Trainer::save_checkpoint() {
   const std::string root = run_dir_ + "/checkpoints";
   const std::string final_dir = root + "/" + checkpoint_name(step_);
+  if (!writes()) return final_dir;  // rank 0 writes it
   const std::string tmp_dir = final_dir + ".tmp";
   remove_tree(tmp_dir);
   save_model(model_, tmp_dir);
@@ -278,11 +371,12 @@ TrainState read_train_state(const std::string& dir) {
 }
 }  // namespace
 
-std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir, torch::Device device) {
+std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir, torch::Device device,
+                                         std::shared_ptr<Distributed> dist) {
   const std::string dir = latest_checkpoint(run_dir);
   const auto meta = read_train_state(dir);
   auto model = load_model(dir, device);
-  auto trainer = std::make_unique<Trainer>(model, meta.config, run_dir, device);
+  auto trainer = std::make_unique<Trainer>(model, meta.config, run_dir, device, std::move(dist));
   trainer->load_checkpoint(dir, meta);
   return trainer;
 }
@@ -308,7 +402,7 @@ void Trainer::load_checkpoint(const std::string& dir, const TrainState& meta) {
   }
   // Metrics past this checkpoint belong to a run that is being replaced.
   const std::string metrics_path = run_dir_ + "/metrics.jsonl";
-  if (path_exists(metrics_path)) {
+  if (writes() && path_exists(metrics_path)) {
     std::ifstream in(metrics_path);
     std::string line, kept;
     while (std::getline(in, line)) {

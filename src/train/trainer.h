@@ -9,6 +9,7 @@
 #include "data/packer.h"
 #include "model/model.h"
 #include "train/balance.h"
+#include "train/distributed.h"
 #include "train/optim.h"
 #include "train/train_config.h"
 
@@ -21,6 +22,9 @@ struct StepMetrics {
   std::vector<double> load;  // per-expert share of routed windows (lol)
   double load_entropy = 0, bias_min = 0, bias_max = 0, agreement = 1;
   double total_flops = 0;  // training FLOPs so far, counted with the grown depth
+  // Data parallel: seconds this rank spent in collectives this step, and bytes it reduced.
+  double comm_seconds = 0;
+  int64_t comm_bytes = 0;
   std::optional<double> eval_loss, eval_accuracy;
   json to_json() const;
 };
@@ -43,10 +47,15 @@ struct TrainState {
 
 class Trainer {
  public:
-  // A new run in run_dir (created; must not hold a run already unless overwrite).
-  Trainer(LanguageModel model, TrainConfig config, std::string run_dir, torch::Device device);
-  // Continues the run in run_dir from its latest checkpoint.
-  static std::unique_ptr<Trainer> resume(const std::string& run_dir, torch::Device device);
+  // A new run in run_dir (created; must not hold a run already unless overwrite). With `dist`,
+  // this process is one rank of a data-parallel run (docs/distributed.md): every rank packs the
+  // same data stream and takes micro-batches i with i % world == rank, gradients and balance
+  // loads are summed over the ranks, and only rank 0 writes into run_dir.
+  Trainer(LanguageModel model, TrainConfig config, std::string run_dir, torch::Device device,
+          std::shared_ptr<Distributed> dist = nullptr);
+  // Continues the run in run_dir from its latest checkpoint (at any world size).
+  static std::unique_ptr<Trainer> resume(const std::string& run_dir, torch::Device device,
+                                         std::shared_ptr<Distributed> dist = nullptr);
 
   // Trains until config.steps, or until should_stop() after a step; saves a checkpoint at the
   // end either way. on_step sees every step's metrics.
@@ -57,12 +66,18 @@ class Trainer {
   EvalResult evaluate();
   std::string save_checkpoint();  // returns its directory
   int64_t step() const { return step_; }
+  int rank() const { return dist_ ? dist_->rank() : 0; }
+  int world() const { return dist_ ? dist_->world() : 1; }
+  const Distributed* distributed() const { return dist_.get(); }
   LanguageModel& model() { return model_; }
   const TrainConfig& config() const { return config_; }
 
  private:
   void build_optimizers();
   void load_checkpoint(const std::string& dir, const TrainState& meta);
+  bool writes() const { return rank() == 0; }  // rank 0 alone writes into the run directory
+  // Sums the ranks' gradients; a parameter no rank reached keeps no gradient.
+  void sync_gradients();
 
   LanguageModel model_;
   TrainConfig config_;
@@ -74,6 +89,7 @@ class Trainer {
   std::unique_ptr<Muon> muon_;
   int64_t step_ = 0;
   double total_flops_ = 0;
+  std::shared_ptr<Distributed> dist_;
 };
 
 }  // namespace lol
