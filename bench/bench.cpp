@@ -39,15 +39,16 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     std::vector<std::string> overrides;
     int64_t batch = 8, puzzles = 200, requests = 64, prompt_len = 32, max_tokens = 32,
             parallel = 16;
-    std::string clients = "1,4,16";
+    std::string clients = "1,4,16", workers = "1,2,4";
     int reps = 5, warmup = 1, steps = 16;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--suite", o->suite,
                   "model (training throughput), decode (inference), tasks (data generation), "
-                  "analysis (route extraction) or serve (HTTP server under load)")
+                  "analysis (route extraction), serve (HTTP server under load) or dp "
+                  "(data-parallel training)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"model", "decode", "tasks", "analysis", "serve"}));
+      ->check(CLI::IsMember({"model", "decode", "tasks", "analysis", "serve", "dp"}));
   cmd->add_option("--preset", o->preset, "model shape (preset name or config file)")
       ->capture_default_str();
   cmd->add_option("--set", o->overrides, "override a config key of the preset");
@@ -88,6 +89,8 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   cmd->add_option("--parallel", o->parallel, "serve: the server's --parallel")
       ->capture_default_str()
       ->check(at_least(1));
+  cmd->add_option("--workers", o->workers, "dp: comma list of local worker counts")
+      ->capture_default_str();
   cmd->add_option("--reps", o->reps, "timed repetitions")
       ->capture_default_str()
       ->check(at_least(1));
@@ -103,6 +106,22 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   commands.emplace_back(cmd, [o, cmd] {
     if (o->suite == "tasks") {
       bench::bench_tasks(o->puzzles, o->reps, o->output);
+      return;
+    }
+    if (o->suite == "dp") {
+      bench::DpBenchOptions d;
+      d.preset = o->preset;
+      d.overrides = o->overrides;
+      d.workers = positive_list("--workers", o->workers);
+      d.steps = std::max(3, o->steps / 4);
+      d.seq_len = positive_list("--seq-len", o->seq_lens).front();
+      d.batch = std::max<int64_t>(1, o->batch / 2);
+      d.grad_accum = 4;
+      for (auto w : d.workers)
+        LOL_CHECK(d.grad_accum % w == 0, "--workers: ", w, " does not divide the ", d.grad_accum,
+                  " micro-batches of a step");
+      d.output = o->output;
+      bench::bench_dp(d);
       return;
     }
     auto base = load_model_config(o->preset, o->overrides);

@@ -60,6 +60,17 @@ struct ServeBenchOptions {
 // under N concurrent clients, against generate() on the same prompts. Needs cpp-httplib.
 void bench_serve(const ServeBenchOptions& options);
 
+struct DpBenchOptions {
+  std::string preset = "maze-cpu", data = "task:maze";
+  std::vector<std::string> overrides;
+  std::vector<int64_t> workers;  // one measurement each
+  int64_t steps = 6, seq_len = 512, batch = 4, grad_accum = 4;
+  std::string output = "md";
+};
+// Data-parallel training: tokens/s, time in all-reduce and bytes per step for each number of
+// local workers (short `lol train --nproc N` runs).
+void bench_dp(const DpBenchOptions& options);
+
 // Task data as a pipeline: puzzles/s generated and traced per strategy, tokens/s streamed.
 void bench_tasks(int64_t puzzles, int reps, const std::string& output);
 

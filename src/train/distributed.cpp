@@ -1,7 +1,8 @@
 #include "train/distributed.h"
 
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/version.h>
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
