@@ -45,7 +45,7 @@ start() {
 
 start one --parallel 1
 url_one=$url pid_one=$pid
-start eight --parallel 8
+start eight --parallel 8 --api-key sesame  # the openai client and the explorer send the key
 url_eight=$url
 
 # A second server on a port in use: one clear error, non-zero exit.
@@ -69,8 +69,8 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "$url_one/v1/completions" -d '{"pr
 metrics=$(curl -sf "$url_one/metrics")  # not piped into grep -q: pipefail would see curl's SIGPIPE
 grep -q '^lol_generated_tokens_total' <<<"$metrics" || fail "metrics"
 
-node "$node_dir/openai_client.mjs" "$url_one" "$url_eight" "$lol" "$work/model"
-node "$node_dir/explorer.mjs" "$url_eight"
+EIGHT_KEY=sesame node "$node_dir/openai_client.mjs" "$url_one" "$url_eight" "$lol" "$work/model"
+EXPLORER_KEY=sesame node "$node_dir/explorer.mjs" "$url_eight"
 
 # SIGTERM with a stream in flight (3000 tokens, about a second): the stream runs to its end
 # ([DONE] after every token) and the server exits 0.

@@ -105,7 +105,10 @@ void HttpServer::routes() {
   auto& s = *http_;
   // Authentication, and 503 before the model is loaded or while stopping.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    // The health check and the explorer page itself (static; its API calls send the key) are
+    // open; everything else needs the key.
+    if (req.path == "/health" || (req.path == "/" && req.method == "GET"))
+      return httplib::Server::HandlerResponse::Unhandled;
     if (!options_.api_key.empty() &&
         req.get_header_value("Authorization") != "Bearer " + options_.api_key) {
       send_error(res, 401, "missing or wrong API key (send 'Authorization: Bearer KEY')", "",

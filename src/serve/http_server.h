@@ -21,7 +21,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port (bind() says which)
   EngineOptions engine;
-  std::string api_key;               // non-empty: every endpoint but /health needs the bearer
+  std::string api_key;               // non-empty: all but /health and GET / need the bearer
   size_t max_body_bytes = 8u << 20;  // larger bodies get 413
   int io_timeout_seconds = 30;       // a client that sends or reads slower is dropped
 };

@@ -14,6 +14,13 @@ try {
   page.on("pageerror", (e) => errors.push(String(e)));
   page.on("requestfailed", (r) => errors.push("request failed: " + r.url()));
   await page.goto(url);
+  if (process.env.EXPLORER_KEY) {
+    // A server with --api-key: the page says so, and connects once the key is entered.
+    await page.waitForFunction(() => document.getElementById("model").textContent.includes("API key"));
+    await page.fill("#apikey", process.env.EXPLORER_KEY);
+    await page.dispatchEvent("#apikey", "change");
+    errors.length = 0;  // the 401s before the key was entered are expected
+  }
   await page.waitForFunction(() => document.getElementById("examples").options.length > 1);
 
   const completion = () => page.waitForResponse((r) => r.url().endsWith("/v1/completions"));

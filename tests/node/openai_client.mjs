@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 
 const [urlOne, urlEight, lol, modelDir] = process.argv.slice(2);
 const one = new OpenAI({ baseURL: urlOne + "/v1", apiKey: "unused" });
-const eight = new OpenAI({ baseURL: urlEight + "/v1", apiKey: "unused" });
+const eight = new OpenAI({ baseURL: urlEight + "/v1", apiKey: process.env.EIGHT_KEY || "unused" });
 const get = async (url) => (await fetch(url)).json();
 const post = async (url, body) => (await fetch(url, { method: "POST", body: JSON.stringify(body) })).json();
 
