@@ -45,6 +45,7 @@ expect_ok "generate ids as text" "$lol" generate --model "$dir/m" --prompt "1, 2
 grep -q '^1,2,3,[0-9]' "$dir/out" && pass "ids echo as comma lists" || failed "ids echo: $(cat "$dir/out")"
 expect_error "generate ids out of range" "'999' is not a token id in \\[0, 64)" "$lol" generate --model "$dir/m" --prompt "1 999" --max-tokens 4
 expect_error "serve without a model" "not a model directory" "$lol" serve --model "$dir/nowhere" --port 0
+expect_error "workers that do not divide a step" "--nproc 2: a step's 1 micro-batch(es) (grad_accum) must divide" "$lol" train --preset tiny --steps 2 --out "$dir/dp" --nproc 2
 
 expect_error "init twice" "already holds a model" "$lol" init --preset tiny --seed 1 --out "$dir/m"
 expect_error "unknown preset" "unknown preset 'nope'" "$lol" init --preset nope --seed 1 --out "$dir/x"

@@ -121,6 +121,22 @@ void report(Trainer& trainer, torch::Device device) {
 // lol train --nproc N: starts N workers (this command again, without --nproc) that join one
 // process group through a FileStore, and waits for them. A worker that fails stops the others;
 // SIGINT/SIGTERM reach every worker, which stop together at a step and checkpoint.
+// A step's micro-batches are dealt to the workers: check before starting any that they divide.
+void check_worker_count(int nproc, const std::string& resume,
+                        const std::vector<std::string>& train_overrides) {
+  TrainConfig tc;
+  if (!resume.empty()) {
+    tc = read_json_file(latest_checkpoint(resume) + "/train_state.json", TrainState::from_json)
+             .config;
+  } else {
+    for (const auto& a : train_overrides) apply_override(TrainConfig::fields(), a, tc);
+  }
+  LOL_CHECK(tc.grad_accum % nproc == 0, "--nproc ", nproc, ": a step's ", tc.grad_accum,
+            " micro-batch(es) (grad_accum) must divide among the workers; set --train-set "
+            "grad_accum=",
+            nproc, " or a multiple (docs/distributed.md)");
+}
+
 void launch_workers(int nproc) {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   std::vector<std::string> args;
@@ -218,7 +234,10 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       ->check(at_least(1));
   commands.emplace_back(cmd, [o] {
     const auto dist_config = distributed_from_env();
-    if (o->nproc > 1 && !dist_config.active()) return launch_workers(o->nproc);
+    if (o->nproc > 1 && !dist_config.active()) {
+      check_worker_count(o->nproc, o->resume, o->train_overrides);
+      return launch_workers(o->nproc);
+    }
     const auto device = selected_device();
     std::shared_ptr<Distributed> dist;
     if (dist_config.active()) {
