@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "util/error.h"
+#include "util/hash.h"
 
 namespace lol {
 
@@ -50,10 +51,8 @@ int64_t sample_token(const torch::Tensor& logits_in, const SamplingOptions& o,
 
 torch::Generator sequence_generator(uint64_t seed, int64_t sequence) {
   // splitmix64 of the pair: nearby seeds and indices give unrelated streams.
-  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (static_cast<uint64_t>(sequence) + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return at::detail::createCPUGenerator(z ^ (z >> 31));
+  return at::detail::createCPUGenerator(
+      mix64(seed + 0x9E3779B97F4A7C15ULL * (static_cast<uint64_t>(sequence) + 1)));
 }
 
 std::vector<Generation> generate(LanguageModel model, const std::vector<Prompt>& prompts,

@@ -9,6 +9,7 @@
 #include "train/precision.h"
 #include "train/sources.h"
 #include "util/files.h"
+#include "util/hash.h"
 
 namespace lol {
 
@@ -17,11 +18,8 @@ namespace fs = std::filesystem;
 namespace {
 // splitmix64 of (seed, step, micro-batch): unrelated streams for nearby arguments.
 uint64_t noise_seed(uint64_t seed, int64_t step, int64_t micro) {
-  uint64_t z = seed ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(step + 1)) ^
-               (0xD1B54A32D192ED03ULL * static_cast<uint64_t>(micro + 1));
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
+  return mix64(seed ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(step + 1)) ^
+               (0xD1B54A32D192ED03ULL * static_cast<uint64_t>(micro + 1)));
 }
 }  // namespace
 
