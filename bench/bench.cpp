@@ -39,16 +39,16 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     std::vector<std::string> overrides;
     int64_t batch = 8, puzzles = 200, requests = 64, prompt_len = 32, max_tokens = 32,
             parallel = 16;
-    std::string clients = "1,4,16", workers = "1,2,4";
+    std::string clients = "1,4,16", workers = "1,2,4", tokenizer, input;
     int reps = 5, warmup = 1, steps = 16;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--suite", o->suite,
                   "model (training throughput), decode (inference), tasks (data generation), "
                   "analysis (route extraction), serve (HTTP server under load) or dp "
-                  "(data-parallel training)")
+                  "(data-parallel training), tokenizer (BPE encode/decode)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"model", "decode", "tasks", "analysis", "serve", "dp"}));
+      ->check(CLI::IsMember({"model", "decode", "tasks", "analysis", "serve", "dp", "tokenizer"}));
   cmd->add_option("--preset", o->preset, "model shape (preset name or config file)")
       ->capture_default_str();
   cmd->add_option("--set", o->overrides, "override a config key of the preset");
@@ -91,6 +91,8 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       ->check(at_least(1));
   cmd->add_option("--workers", o->workers, "dp: comma list of local worker counts")
       ->capture_default_str();
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer: the tokenizer.json measured");
+  cmd->add_option("--input", o->input, "tokenizer: text tree INPUT/<label>/*.txt");
   cmd->add_option("--reps", o->reps, "timed repetitions")
       ->capture_default_str()
       ->check(at_least(1));
@@ -106,6 +108,17 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   commands.emplace_back(cmd, [o, cmd] {
     if (o->suite == "tasks") {
       bench::bench_tasks(o->puzzles, o->reps, o->output);
+      return;
+    }
+    if (o->suite == "tokenizer") {
+      LOL_CHECK(!o->tokenizer.empty() && !o->input.empty(),
+                "--suite tokenizer needs --tokenizer FILE and --input DIR");
+      bench::TokenizerBenchOptions t;
+      t.tokenizer = o->tokenizer;
+      t.input = o->input;
+      t.reps = o->reps;
+      t.output = o->output;
+      bench::bench_tokenizer(t);
       return;
     }
     if (o->suite == "dp") {

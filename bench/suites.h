@@ -71,6 +71,15 @@ struct DpBenchOptions {
 // local workers (short `lol train --nproc N` runs).
 void bench_dp(const DpBenchOptions& options);
 
+struct TokenizerBenchOptions {
+  std::string tokenizer, input;  // tokenizer.json; text tree INPUT/<label>/*.txt
+  int64_t bytes_per_label = 4'000'000;
+  int reps = 3;
+  std::string output = "md";
+};
+// Byte-level BPE encode and decode MB/s on one thread, per label and overall.
+void bench_tokenizer(const TokenizerBenchOptions& options);
+
 // Task data as a pipeline: puzzles/s generated and traced per strategy, tokens/s streamed.
 void bench_tasks(int64_t puzzles, int reps, const std::string& output);
 

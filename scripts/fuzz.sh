@@ -3,7 +3,7 @@
 # UBSan), runs fuzz_TARGET from its committed corpus for SECONDS (or -runs=N in the extra
 # arguments), then merges what found new coverage back into the corpus, minimised.
 #   scripts/fuzz.sh TARGET [SECONDS] [libFuzzer flags...]
-#   targets: safetensors config forced_path shard task_text routes completion_request
+#   targets: safetensors config forced_path shard task_text routes completion_request tokenizer
 # A corpus is committed as one tar archive, fuzz/corpus/TARGET.tar (what the tests replay).
 # Crashes, hangs (-timeout) and leaks stop the run; the input is written to runs/fuzz/TARGET/.
 # The last lines printed are libFuzzer's final stats (executions, rate, peak memory).
@@ -24,7 +24,7 @@ work=runs/fuzz/$target
 mkdir -p "$work/corpus" "$work/merged"
 tar -xf "$corpus" -C "$work/corpus"
 max_len=4096
-case "$target" in safetensors | routes) max_len=16384 ;; esac
+case "$target" in safetensors | routes | tokenizer) max_len=16384 ;; esac
 "build/fuzz/fuzz/fuzz_$target" "$work/corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=3072 \
   -max_len="$max_len" -print_final_stats=1 -artifact_prefix="$work/" "$@" 2>&1 | tee "$work/fuzz.log" |
   grep -E "^#[0-9]+.*(pulse|DONE)|stat::|ERROR|SUMMARY" || true

@@ -9,6 +9,8 @@ packages=(
   libopenblas-dev         # fast BLAS: Debian's default reference BLAS is ~30x slower
   nlohmann-json3-dev      # config, checkpoint headers, CLI JSON output
   libcli11-dev            # command-line parsing of the lol tool
+  libpcre2-dev            # the tokenizers' pre-tokenizer regular expressions (Unicode, JIT)
+  groff-base python3      # the built-in text corpus: man pages rendered, text extracted
   libgtest-dev libgmock-dev  # test suite
   clang-format            # the format check of scripts/test.sh (.clang-format)
   libcpp-httplib-dev      # HTTP server of `lol serve` (shared library; flags from pkg-config)

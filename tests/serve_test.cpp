@@ -13,7 +13,9 @@
 #include "serve/api.h"
 #include "serve/engine.h"
 #include "tasks/task.h"
+#include "text/bpe.h"
 #include "text/tokenizer.h"
+#include "text/utf8.h"
 #ifdef LOL_HAVE_HTTPLIB
 #include <httplib.h>
 
@@ -198,6 +200,34 @@ TEST(ServeApi, RefusesBadFieldsByName) {
     auto call = serve::parse_completion({{"prompt", p}}, m, false);
     for (const auto& r : call.requests) EXPECT_EQ(r.prompt.tokens, ids);
   }
+}
+
+// A byte-level BPE without merges makes every byte a token, so a streamed character arrives in
+// pieces: every delta must still be whole UTF-8, and the deltas must add up to the text.
+TEST(ServeApi, StreamedBytesAreReleasedAsWholeCharacters) {
+  BpeTrainOptions o;
+  o.vocab_size = 258;  // the 256 bytes and two special tokens: no merges
+  const auto tok = train_bpe({"x"}, o);
+  ModelConfig c = maze_config();
+  c.vocab_size = 258;
+  const auto m = served(c, *tok);
+  const std::string text = "a東😀é!";
+  auto call = serve::parse_completion({{"prompt", "q"}, {"stream", true}}, m, false);
+  serve::Job job(call.requests[0]);
+  serve::Choice choice;
+  serve::StreamState state;
+  std::string streamed;
+  for (unsigned char byte : text) {
+    choice.tokens.push_back(byte);
+    if (choice.tokens.size() == text.size()) choice.finish_reason = "stop";
+    const auto chunk = serve::stream_chunk(call, job, choice, 0, state, m, "id", 0);
+    if (chunk.is_null()) continue;
+    const auto delta = chunk["choices"][0]["text"].get<std::string>();
+    EXPECT_TRUE(valid_utf8(delta))
+        << "a delta cut a character after " << choice.tokens.size() << " bytes";
+    streamed += delta;
+  }
+  EXPECT_EQ(streamed, text);
 }
 
 #ifdef LOL_HAVE_HTTPLIB

@@ -17,6 +17,7 @@
 #include "analysis/stats.h"
 #include "commands.h"
 #include "model/checkpoint.h"
+#include "text/bpe.h"
 #include "util/files.h"
 #include "util/progress.h"
 
@@ -38,22 +39,36 @@ void add_labelled_flags(CLI::App* cmd, LabelledFlags& f, const std::string& seed
   cmd->add_option("--task", f.task,
                   "sudoku or maze: held-out puzzles, every strategy, labelled by strategy")
       ->check(CLI::IsMember({"sudoku", "maze"}));
-  cmd->add_option("--count", f.count, "task: puzzles (each gives five sequences)")
+  cmd->add_option("--count", f.count,
+                  "task: puzzles (each gives five sequences); corpus: sequences per label")
       ->capture_default_str()
       ->check(at_least(1));
   cmd->add_option("--seed", f.seed, seed_help)->capture_default_str();
   cmd->add_option("--size", f.size, "task maze: side n")->capture_default_str();
   cmd->add_option("--data", f.data,
-                  "labelled set: a TSV file of label<TAB>comma-separated ids per line");
+                  "labelled set: corpus:DIR (its val chunks by label, --count per label), or a "
+                  "TSV file of label<TAB>text per line (label<TAB>comma-separated ids for a model "
+                  "without a text tokenizer)");
   cmd->add_option("--batch-size", f.batch_size, "sequences per forward pass")
       ->capture_default_str()
       ->check(at_least(1));
 }
 
-std::unique_ptr<LabelledSource> open_labelled(const LabelledFlags& f, int64_t vocab_size) {
+// `text`: the model's text tokenizer, if it has one (a TSV then holds text).
+std::unique_ptr<LabelledSource> open_labelled(const LabelledFlags& f, int64_t vocab_size,
+                                              const Tokenizer* text) {
   LOL_CHECK(f.task.empty() != f.data.empty(), "give exactly one of --task and --data");
-  return f.task.empty() ? tsv_sequences(f.data, vocab_size)
-                        : task_sequences(f.task, f.size, f.count, f.seed);
+  if (!f.task.empty()) return task_sequences(f.task, f.size, f.count, f.seed);
+  if (f.data.rfind("corpus:", 0) == 0)
+    return corpus_sequences(f.data.substr(7), "val", f.count, vocab_size);
+  return tsv_sequences(f.data, vocab_size, text);
+}
+
+// The text tokenizer of a model (tokenizer.json in its run), or none.
+std::unique_ptr<Tokenizer> text_tokenizer(const std::string& model) {
+  const auto file = model_file(model, "tokenizer.json");
+  if (!file) return nullptr;
+  return BpeTokenizer::load(*file);
 }
 
 }  // namespace
@@ -79,7 +94,8 @@ void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     const auto device = selected_device();
     auto model = load_model(o->model, device);
     const auto& config = model->config();
-    auto source = open_labelled(o->source, config.vocab_size);
+    const auto text = text_tokenizer(o->model);
+    auto source = open_labelled(o->source, config.vocab_size, text.get());
     RouteFileHeader header{resolve_model_dir(o->model), source->describe(), config.core_depth,
                            config.library_size,         source->size(),     o->perturb};
     AtomicWriter out(o->out);
@@ -261,7 +277,8 @@ void add_path_depth_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
         depths.push_back(d);
     else
       depths = parse_int_list("--depths", o->depths);
-    auto source = open_labelled(o->source, config.vocab_size);
+    const auto text = text_tokenizer(o->model);
+    auto source = open_labelled(o->source, config.vocab_size, text.get());
     const int64_t batch = o->source.batch_size;
     const int64_t batches = (source->size() + batch - 1) / batch;
     Progress progress("path depth", batches * static_cast<int64_t>(depths.size()));

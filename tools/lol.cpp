@@ -24,8 +24,11 @@ int main(int argc, char** argv) {
   lol::cli::add_info_command(app, commands);
   lol::cli::add_train_command(app, commands);
   lol::cli::add_generate_command(app, commands);
+  lol::cli::add_eval_command(app, commands);
   lol::cli::add_data_command(app, commands);
   lol::cli::add_task_command(app, commands);
+  lol::cli::add_tokenizer_command(app, commands);
+  lol::cli::add_corpus_command(app, commands);
   lol::cli::add_route_command(app, commands);
   lol::cli::add_path_command(app, commands);
   lol::cli::add_report_command(app, commands);

@@ -2,10 +2,13 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 
+#include "data/shards.h"
 #include "infer/generate.h"
 #include "tasks/task.h"
+#include "text/corpus.h"
 #include "util/error.h"
 
 namespace lol {
@@ -35,8 +38,8 @@ class TaskSequences : public LabelledSource {
 
 class TsvSequences : public LabelledSource {
  public:
-  TsvSequences(const std::string& path, int64_t vocab_size)
-      : path_(path), in_(path), vocab_size_(vocab_size) {
+  TsvSequences(const std::string& path, int64_t vocab_size, const Tokenizer* text)
+      : path_(path), in_(path), vocab_size_(vocab_size), text_(text) {
     LOL_CHECK(in_.good(), path, ": cannot open");
     std::ifstream counter(path);
     for (std::string line; std::getline(counter, line);) size_ += !blank(line);
@@ -62,6 +65,25 @@ class TsvSequences : public LabelledSource {
     LOL_CHECK(tab != std::string::npos && tab > 0, where, ": expected label<TAB>ids");
     LabelledSequence out;
     out.label = line.substr(0, tab);
+    if (text_) {  // text, with \n, \t and \\ for a newline, a tab and a backslash
+      std::string text;
+      for (size_t i = tab + 1; i < line.size(); ++i) {
+        if (line[i] == '\r' && i + 1 == line.size()) break;
+        if (line[i] == '\\' && i + 1 < line.size()) {
+          const char c = line[++i];
+          text += c == 'n' ? '\n' : c == 't' ? '\t' : c;
+        } else {
+          text += line[i];
+        }
+      }
+      try {
+        out.sequence.tokens = text_->encode(text);
+      } catch (const Error& e) {
+        fail(where, ": ", e.what());
+      }
+      LOL_CHECK(!out.sequence.tokens.empty(), where, ": no text");
+      return out;
+    }
     std::stringstream ids(line.substr(tab + 1));
     for (std::string item; std::getline(ids, item, ',');) {
       size_t used = 0;
@@ -85,6 +107,43 @@ class TsvSequences : public LabelledSource {
   std::string path_;
   std::ifstream in_;
   int64_t vocab_size_, size_ = 0, line_number_ = 0;
+  const Tokenizer* text_;
+};
+
+// Chunks of a corpus split, at most `per_label` of each label, in shard order.
+class CorpusSequences : public LabelledSource {
+ public:
+  CorpusSequences(const std::string& dir, const std::string& split, int64_t per_label,
+                  int64_t vocab_size)
+      : describe_(dir + " " + split) {
+    const auto table = read_chunk_table(dir + "/" + split + ".docs.tsv");
+    int64_t shard_vocab = 0;
+    auto docs = read_shard(dir + "/" + split + ".shard", &shard_vocab);
+    LOL_CHECK(table.size() == docs.size(), dir, ": ", split, ".docs.tsv has ", table.size(),
+              " rows but ", split, ".shard ", docs.size(), " documents");
+    LOL_CHECK(shard_vocab <= vocab_size, dir, " uses ", shard_vocab,
+              " token ids but the model has ", vocab_size);
+    std::map<std::string, int64_t> taken;
+    for (size_t i = 0; i < docs.size(); ++i) {
+      if (docs[i].tokens.size() < 2 || taken[table[i].label] >= per_label) continue;
+      ++taken[table[i].label];
+      LabelledSequence s;
+      s.label = table[i].label;
+      s.sequence.tokens = std::move(docs[i].tokens);
+      items_.push_back(std::move(s));
+    }
+  }
+  std::optional<LabelledSequence> next() override {
+    if (index_ >= items_.size()) return std::nullopt;
+    return std::move(items_[index_++]);
+  }
+  int64_t size() const override { return static_cast<int64_t>(items_.size()); }
+  std::string describe() const override { return describe_; }
+
+ private:
+  std::string describe_;
+  std::vector<LabelledSequence> items_;
+  size_t index_ = 0;
 };
 
 int64_t integer_field(const json& object, const char* key, const std::string& where) {
@@ -101,8 +160,15 @@ std::unique_ptr<LabelledSource> task_sequences(const std::string& task, int maze
   return std::make_unique<TaskSequences>(tasks::parse_kind(task), maze_size, count, seed);
 }
 
-std::unique_ptr<LabelledSource> tsv_sequences(const std::string& path, int64_t vocab_size) {
-  return std::make_unique<TsvSequences>(path, vocab_size);
+std::unique_ptr<LabelledSource> tsv_sequences(const std::string& path, int64_t vocab_size,
+                                              const Tokenizer* text) {
+  return std::make_unique<TsvSequences>(path, vocab_size, text);
+}
+
+std::unique_ptr<LabelledSource> corpus_sequences(const std::string& dir, const std::string& split,
+                                                 int64_t per_label, int64_t vocab_size) {
+  LOL_CHECK(per_label > 0, "sequences per label must be > 0, got ", per_label);
+  return std::make_unique<CorpusSequences>(dir, split, per_label, vocab_size);
 }
 
 json SequenceRoutes::to_json() const {

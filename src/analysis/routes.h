@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "text/tokenizer.h"
 
 namespace lol {
 
@@ -32,9 +33,15 @@ class LabelledSource {
 // five strategies, labelled with the strategy's name, the descriptor in place.
 std::unique_ptr<LabelledSource> task_sequences(const std::string& task, int maze_size,
                                                int64_t count, uint64_t seed);
-// A labelled set as a TSV file: `label<TAB>ids` per line (ids comma-separated). Throws
-// naming the line for a malformed one.
-std::unique_ptr<LabelledSource> tsv_sequences(const std::string& path, int64_t vocab_size);
+// A labelled set as a TSV file: `label<TAB>ids` per line (ids comma-separated), or with a
+// `text` tokenizer `label<TAB>text` (\n, \t, \\ escaped). Throws naming the line for a
+// malformed one.
+std::unique_ptr<LabelledSource> tsv_sequences(const std::string& path, int64_t vocab_size,
+                                              const Tokenizer* text = nullptr);
+// The chunks of a `lol corpus build` split labelled by their label (a language), at most
+// `per_label` of each.
+std::unique_ptr<LabelledSource> corpus_sequences(const std::string& dir, const std::string& split,
+                                                 int64_t per_label, int64_t vocab_size);
 
 // One window's routing decision with what the analysis needs to know about the window.
 struct WindowRoute {

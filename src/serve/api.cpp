@@ -4,6 +4,7 @@
 #include <map>
 #include <random>
 
+#include "text/utf8.h"
 #include "util/error.h"
 
 namespace lol::serve {
@@ -456,9 +457,13 @@ json stream_chunk(const CompletionCall& call, const Job& job, const Choice& choi
     state.prefix = tok.decode(job.request().prompt.tokens);
   const std::string text = state.prefix + cut_at_stop(state.text, call.stop);
   size_t ready = text.size();
-  if (!finished)
+  if (!finished) {
     for (const auto& x : call.stop)
       ready = std::min(ready, text.size() - std::min(text.size(), x.size() - 1));
+    // A byte-level token can end inside a character: hold its first bytes back until the
+    // character is whole, so that every delta is valid UTF-8.
+    ready = complete_utf8_prefix(std::string_view(text).substr(0, ready));
+  }
   const std::string delta =
       ready > state.sent_text ? text.substr(state.sent_text, ready - state.sent_text) : "";
   if (delta.empty() && !finished && state.seen_tokens == before) return nullptr;

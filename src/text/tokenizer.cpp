@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "tasks/task.h"
+#include "text/bpe.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -111,21 +112,26 @@ std::unique_ptr<Tokenizer> id_tokenizer(int64_t vocab_size) {
   return std::make_unique<IdTokenizer>(vocab_size);
 }
 
-std::optional<tasks::TaskData> model_task(const std::string& model_path) {
+std::optional<std::string> model_file(const std::string& model_path, const std::string& name) {
   // A run directory, or a checkpoint two levels below one.
   const fs::path path(model_path);
   for (const auto& dir : {path, path / ".." / ".."}) {
-    const auto file = dir / "train_config.json";
+    const auto file = dir / name;
     std::error_code ec;
-    if (!fs::is_regular_file(file, ec)) continue;
-    std::ifstream in(file);
-    const json config = json::parse(in, nullptr, /*allow_exceptions=*/false);
-    tasks::TaskData data;
-    if (config.is_object() && config.contains("data") && config["data"].is_string() &&
-        tasks::parse_task_data(config["data"].get<std::string>(), &data))
-      return data;
-    return std::nullopt;
+    if (fs::is_regular_file(file, ec)) return file.lexically_normal().string();
   }
+  return std::nullopt;
+}
+
+std::optional<tasks::TaskData> model_task(const std::string& model_path) {
+  const auto file = model_file(model_path, "train_config.json");
+  if (!file) return std::nullopt;
+  std::ifstream in(*file);
+  const json config = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  tasks::TaskData data;
+  if (config.is_object() && config.contains("data") && config["data"].is_string() &&
+      tasks::parse_task_data(config["data"].get<std::string>(), &data))
+    return data;
   return std::nullopt;
 }
 
@@ -134,6 +140,8 @@ std::unique_ptr<Tokenizer> model_tokenizer(const std::string& model_path, int64_
   std::unique_ptr<Tokenizer> t;
   if (!task.empty())
     t = task_tokenizer(task);
+  else if (auto file = model_file(model_path, "tokenizer.json"))
+    t = BpeTokenizer::load(*file);
   else if (auto data = model_task(model_path))
     t = std::make_unique<TaskTokenizer>(data->kind);
   else

@@ -1,7 +1,7 @@
 #pragma once
 // Text in and out of a model: the seam every text-facing command and the server go through.
-// Today the only tokenizer is a task vocabulary (words separated by spaces); the text issue
-// adds subword tokenizers behind the same interface.
+// Implementations: task vocabularies (words separated by spaces), token ids, and byte-level
+// BPE for text (text/bpe.h).
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,11 +38,14 @@ std::unique_ptr<Tokenizer> task_tokenizer(const std::string& task);
 // Token ids as decimal numbers separated by commas ("ids"): for models without a text vocabulary.
 std::unique_ptr<Tokenizer> id_tokenizer(int64_t vocab_size);
 
+// NAME beside a model: in the run directory MODEL, or in the run two levels above a checkpoint.
+std::optional<std::string> model_file(const std::string& model_path, const std::string& name);
 // The task a model's training run was trained on, read from RUN/train_config.json beside a run
 // or above a checkpoint; none for other models and data.
 std::optional<tasks::TaskData> model_task(const std::string& model_path);
-// The tokenizer of a model with `vocab_size` ids: `task` when given, else model_task's, else
-// the id tokenizer. Throws when the tokenizer has more tokens than the model.
+// The tokenizer of a model with `vocab_size` ids: `task` when given, else the run's
+// tokenizer.json (a text model), else model_task's, else the id tokenizer. Throws when the
+// tokenizer has more tokens than the model.
 std::unique_ptr<Tokenizer> model_tokenizer(const std::string& model_path, int64_t vocab_size,
                                            const std::string& task);
 

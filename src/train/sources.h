@@ -1,7 +1,8 @@
 #pragma once
 // Where training documents come from, by the `data` spec of a training config: a built-in task
-// (task:copy, task:sudoku, task:maze, task:maze:N) or a token shard file. This composition sits
-// above data/ (documents, shards, packing) and tasks/ (the generators), which do not know each
+// (task:copy, task:sudoku, task:maze, task:maze:N), a text corpus built by `lol corpus build`
+// (corpus:DIR: its train.shard, held out: its val.shard) or a token shard file. This composition
+// sits above data/ (documents, shards, packing) and tasks/ (the generators), which do not know each
 // other's sources.
 #include <memory>
 #include <string>
@@ -12,6 +13,8 @@ namespace lol {
 
 // `split` selects the training (0) or held-out (1) stream of a task; for shards, held-out
 // data is a separate file (eval_data).
+// DIR/SPLIT.shard of a corpus directory, checked to exist.
+std::string corpus_shard(const std::string& dir, const std::string& split);
 std::unique_ptr<DocumentSource> open_source(const std::string& spec, uint64_t seed, int split);
 
 }  // namespace lol

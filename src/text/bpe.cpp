@@ -1,0 +1,629 @@
+#include "text/bpe.h"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <fstream>
+#include <queue>
+#include <sstream>
+#include <string_view>
+#include <tuple>
+
+#include "text/utf8.h"
+#include "util/error.h"
+#include "util/files.h"
+
+namespace lol {
+namespace {
+
+// GPT-2's byte-to-character table: printable bytes stand for themselves, the other 68 map to
+// U+0100 upwards in byte order, so that every token of a tokenizer.json is visible text.
+struct ByteLevelTable {
+  uint32_t to_char[256];
+  std::unordered_map<uint32_t, uint8_t> to_byte;
+  ByteLevelTable() {
+    uint32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+      to_char[b] = printable ? b : next++;
+      to_byte[to_char[b]] = static_cast<uint8_t>(b);
+    }
+  }
+};
+
+const ByteLevelTable& byte_level() {
+  static const ByteLevelTable table;
+  return table;
+}
+
+void append_utf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+std::string to_visible(std::string_view bytes) {
+  std::string out;
+  for (unsigned char b : bytes) append_utf8(byte_level().to_char[b], &out);
+  return out;
+}
+
+// The bytes a tokenizer.json token stands for; false when a character is not in the table.
+bool from_visible(std::string_view text, std::string* bytes) {
+  bytes->clear();
+  const auto& table = byte_level().to_byte;
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    uint32_t cp;
+    int len;
+    if (c < 0x80) {
+      cp = c, len = 1;
+    } else if ((c & 0xE0) == 0xC0 && i + 1 < text.size()) {
+      cp = ((c & 0x1F) << 6) | (text[i + 1] & 0x3F), len = 2;
+    } else {
+      return false;  // the table has nothing above U+0143
+    }
+    const auto it = table.find(cp);
+    if (it == table.end()) return false;
+    bytes->push_back(static_cast<char>(it->second));
+    i += len;
+  }
+  return true;
+}
+
+uint64_t pair_key(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
+
+const json& field(const json& j, const char* key, const std::string& where) {
+  LOL_CHECK(j.is_object() && j.contains(key), where, " has no \"", key, "\"");
+  return j[key];
+}
+
+bool flag(const json& j, const char* key, bool fallback = false) {
+  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
+  return j[key].is_boolean() && j[key].get<bool>();
+}
+
+// A pre_tokenizer entry into `model`: Split (Isolated, not inverted) and ByteLevel are the
+// pieces byte-level BPE tokenizers are made of.
+void read_pre_tokenizer(const json& p, const std::string& where, bool* byte_level_seen,
+                        BpeTokenizer::Model* model) {
+  LOL_CHECK(p.is_object() && p.contains("type") && p["type"].is_string(), where,
+            " needs a \"type\"");
+  const auto type = p["type"].get<std::string>();
+  if (type == "Sequence") {
+    const auto& list = field(p, "pretokenizers", where);
+    LOL_CHECK(list.is_array(), where, ".pretokenizers must be a list");
+    for (size_t i = 0; i < list.size(); ++i)
+      read_pre_tokenizer(list[i], where + ".pretokenizers[" + std::to_string(i) + "]",
+                         byte_level_seen, model);
+  } else if (type == "ByteLevel") {
+    *byte_level_seen = true;
+    model->add_prefix_space = flag(p, "add_prefix_space");
+    if (flag(p, "use_regex", true)) model->patterns.push_back(kGpt2Pattern);
+  } else if (type == "Split") {
+    const auto& pattern = field(p, "pattern", where);
+    LOL_CHECK(!flag(p, "invert"), where, ": inverted Split is not supported");
+    const auto behavior = p.value("behavior", std::string("Isolated"));
+    LOL_CHECK(behavior == "Isolated", where, ": Split behavior \"", behavior,
+              "\" is not supported (only \"Isolated\")");
+    if (pattern.contains("Regex") && pattern["Regex"].is_string()) {
+      model->patterns.push_back(pattern["Regex"].get<std::string>());
+    } else if (pattern.contains("String") && pattern["String"].is_string()) {
+      std::string quoted = "\\Q" + pattern["String"].get<std::string>() + "\\E";
+      model->patterns.push_back(quoted);
+    } else {
+      fail(where, ".pattern needs \"Regex\" or \"String\"");
+    }
+  } else {
+    fail(where, ": pre-tokenizer type \"", type,
+         "\" is not supported (byte-level BPE: Split, ByteLevel, Sequence)");
+  }
+}
+
+std::optional<int64_t> named_token(const std::vector<BpeTokenizer::AddedToken>& added,
+                                   std::initializer_list<const char*> names) {
+  for (const char* name : names)
+    for (const auto& t : added)
+      if (t.content == name) return t.id;
+  return std::nullopt;
+}
+
+}  // namespace
+
+BpeTokenizer::BpeTokenizer(Model model, std::string name)
+    : model_(std::move(model)), name_(std::move(name)) {
+  static std::atomic<uint64_t> instances{0};
+  instance_ = ++instances;
+  const auto n = static_cast<int32_t>(model_.tokens.size());
+  for (int32_t id = 0; id < n; ++id) {
+    const auto& bytes = model_.tokens[id];
+    if (bytes.empty()) continue;
+    LOL_CHECK(by_bytes_.emplace(bytes, id).second, name_, ": tokens ", by_bytes_[bytes], " and ",
+              id, " are the same bytes '", to_visible(bytes), "'");
+  }
+  for (int b = 0; b < 256; ++b) {
+    const auto it = by_bytes_.find(std::string(1, static_cast<char>(b)));
+    LOL_CHECK(it != by_bytes_.end(), name_, ": byte ", b, " ('", to_visible(std::string(1, b)),
+              "') has no token; a byte-level BPE needs all 256");
+    byte_id_[b] = it->second;
+  }
+  merge_of_.reserve(model_.merges.size());
+  for (size_t r = 0; r < model_.merges.size(); ++r) {
+    const auto [a, b] = model_.merges[r];
+    LOL_CHECK(a >= 0 && a < n && b >= 0 && b < n && !model_.tokens[a].empty() &&
+                  !model_.tokens[b].empty(),
+              name_, ": merge ", r, " names a token outside the vocabulary");
+    const auto it = by_bytes_.find(model_.tokens[a] + model_.tokens[b]);
+    LOL_CHECK(it != by_bytes_.end(), name_, ": merge ", r, " ('", to_visible(model_.tokens[a]),
+              "' + '", to_visible(model_.tokens[b]),
+              "') makes a token that is not in the vocabulary");
+    merge_of_.emplace(pair_key(a, b), std::make_pair(static_cast<int32_t>(r), it->second));
+  }
+  for (const auto& t : model_.added) {
+    LOL_CHECK(t.id >= 0 && t.id < n && !t.content.empty(), name_, ": added token '", t.content,
+              "' has id ", t.id, " outside the vocabulary [0, ", n, ")");
+    LOL_CHECK(model_.tokens[t.id].empty() || model_.tokens[t.id] == t.content, name_,
+              ": added token '", t.content, "' reuses id ", t.id);
+  }
+  // Longest first, so that of two added tokens starting at one place the longer wins.
+  std::stable_sort(model_.added.begin(), model_.added.end(), [](const auto& x, const auto& y) {
+    return x.content.size() > y.content.size();
+  });
+  for (const auto& t : model_.added) added_first_.set(static_cast<unsigned char>(t.content[0]));
+  for (const auto& p : model_.patterns) splitters_.push_back(std::make_unique<RegexSplitter>(p));
+  eos_ = named_token(model_.added, {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"});
+  bos_ = named_token(model_.added, {"<|begin_of_text|>", "<|startoftext|>", "<s>", "<bos>"});
+  pad_ = named_token(model_.added, {"<|pad|>", "<pad>"});
+}
+
+void BpeTokenizer::merge(std::string_view bytes, std::vector<int64_t>* ids) const {
+  if (bytes.empty()) return;
+  if (model_.ignore_merges) {
+    const auto it = by_bytes_.find(std::string(bytes));
+    if (it != by_bytes_.end()) {
+      ids->push_back(it->second);
+      return;
+    }
+  }
+  // Repeatedly merge the lowest-ranked adjacent pair, the leftmost among equals (as the HF
+  // implementation's priority queue does). Short pieces (nearly all) scan an array of pair
+  // ranks; long ones (a line of '=', a page of CJK) take a heap, which is O(n log n).
+  if (bytes.size() > 48) return merge_long(bytes, ids);
+  // `ranks[i]` belongs to the pair (sym[i], sym[i+1]).
+  std::vector<int32_t> sym(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) sym[i] = byte_id_[static_cast<unsigned char>(bytes[i])];
+  auto rank_of = [&](size_t i) {
+    const auto it = merge_of_.find(pair_key(sym[i], sym[i + 1]));
+    return it == merge_of_.end() ? INT_MAX : it->second.first;
+  };
+  std::vector<int32_t> ranks(sym.size() - 1);
+  for (size_t i = 0; i + 1 < sym.size(); ++i) ranks[i] = rank_of(i);
+  while (!ranks.empty()) {
+    const auto best = std::min_element(ranks.begin(), ranks.end()) - ranks.begin();
+    if (ranks[best] == INT_MAX) break;
+    sym[best] = merge_of_.at(pair_key(sym[best], sym[best + 1])).second;
+    sym.erase(sym.begin() + best + 1);
+    ranks.erase(ranks.begin() + best);
+    if (best > 0) ranks[best - 1] = rank_of(best - 1);
+    if (static_cast<size_t>(best) < ranks.size()) ranks[best] = rank_of(best);
+  }
+  ids->insert(ids->end(), sym.begin(), sym.end());
+}
+
+void BpeTokenizer::merge_long(std::string_view bytes, std::vector<int64_t>* ids) const {
+  const auto n = static_cast<int32_t>(bytes.size());
+  struct Symbol {
+    int32_t id, prev, next;  // prev/next: neighbours in the list, -1 at the ends
+  };
+  std::vector<Symbol> sym(n);
+  for (int32_t i = 0; i < n; ++i)
+    sym[i] = {byte_id_[static_cast<unsigned char>(bytes[i])], i - 1, i + 1 < n ? i + 1 : -1};
+  // (rank, left position, left id, right id); smallest rank, then leftmost, on top.
+  using Candidate = std::tuple<int32_t, int32_t, int32_t, int32_t>;
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> queue;
+  auto offer = [&](int32_t left) {
+    if (left < 0 || sym[left].next < 0) return;
+    const auto right = sym[left].next;
+    const auto it = merge_of_.find(pair_key(sym[left].id, sym[right].id));
+    if (it != merge_of_.end()) queue.emplace(it->second.first, left, sym[left].id, sym[right].id);
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) offer(i);
+  while (!queue.empty()) {
+    const auto [rank, left, a, b] = queue.top();
+    queue.pop();
+    // Stale when either side has changed since it was offered.
+    if (sym[left].id != a || sym[left].next < 0 || sym[sym[left].next].id != b) continue;
+    const auto right = sym[left].next;
+    sym[left].id = merge_of_.at(pair_key(a, b)).second;
+    sym[left].next = sym[right].next;
+    if (sym[right].next >= 0) sym[sym[right].next].prev = left;
+    sym[right].id = -1;  // gone
+    offer(sym[left].prev);
+    offer(left);
+  }
+  for (int32_t i = 0; i >= 0 && i < n; i = sym[i].next) ids->push_back(sym[i].id);
+}
+
+void BpeTokenizer::encode_plain(std::string_view text, std::vector<int64_t>* ids) const {
+  if (text.empty()) return;
+  std::string prefixed;
+  if (model_.add_prefix_space && text.front() != ' ') {
+    prefixed = " " + std::string(text);
+    text = prefixed;
+  }
+  std::vector<std::string_view> pieces{text}, next;
+  for (const auto& s : splitters_) {
+    next.clear();
+    for (auto p : pieces) s->split(p, &next);
+    pieces.swap(next);
+  }
+  // Text repeats its words: each thread keeps the merges of the pre-tokens it has seen with
+  // this tokenizer (bounded; cleared when full or when another tokenizer is used).
+  struct WordCache {
+    uint64_t owner = 0;
+    std::unordered_map<std::string, std::vector<int32_t>> ids;
+  };
+  thread_local WordCache cache;
+  if (cache.owner != instance_ || cache.ids.size() > (1u << 18)) {
+    cache.ids.clear();
+    cache.owner = instance_;
+  }
+  std::string key;
+  std::vector<int64_t> merged;
+  for (auto p : pieces) {
+    key.assign(p.data(), p.size());
+    auto it = cache.ids.find(key);
+    if (it == cache.ids.end()) {
+      merged.clear();
+      merge(p, &merged);
+      it = cache.ids.emplace(key, std::vector<int32_t>(merged.begin(), merged.end())).first;
+    }
+    ids->insert(ids->end(), it->second.begin(), it->second.end());
+  }
+}
+
+std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
+  LOL_CHECK(valid_utf8(text), "text is not valid UTF-8 (", name_, " encodes UTF-8 text)");
+  std::vector<int64_t> ids;
+  ids.reserve(text.size() / 3 + 1);
+  size_t plain = 0;  // start of the text not yet encoded
+  if (!model_.added.empty()) {
+    for (size_t at = 0; at < text.size();) {
+      const AddedToken* hit = nullptr;
+      if (added_first_[static_cast<unsigned char>(text[at])])
+        for (const auto& t : model_.added)
+          if (text.compare(at, t.content.size(), t.content) == 0) {
+            hit = &t;
+            break;
+          }
+      if (!hit) {
+        ++at;
+        continue;
+      }
+      encode_plain(std::string_view(text).substr(plain, at - plain), &ids);
+      ids.push_back(hit->id);
+      plain = at = at + hit->content.size();
+    }
+  }
+  encode_plain(std::string_view(text).substr(plain), &ids);
+  return ids;
+}
+
+std::string BpeTokenizer::piece(int64_t id, bool) const {
+  LOL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " is outside the ", name_,
+            " vocabulary [0, ", vocab_size(), ")");
+  if (!model_.tokens[id].empty()) return model_.tokens[id];
+  for (const auto& t : model_.added)
+    if (t.id == id) return t.content;
+  fail("token id ", id, " is unused in ", name_);
+}
+
+json BpeTokenizer::to_json() const {
+  json vocab = json::object();
+  std::vector<std::string> visible(model_.tokens.size());
+  std::vector<bool> is_added(model_.tokens.size(), false);
+  for (const auto& t : model_.added) is_added[t.id] = true;
+  for (size_t id = 0; id < model_.tokens.size(); ++id) {
+    if (model_.tokens[id].empty() || is_added[id]) continue;
+    visible[id] = to_visible(model_.tokens[id]);
+    vocab[visible[id]] = id;
+  }
+  json merges = json::array();
+  for (const auto& [a, b] : model_.merges) merges.push_back(visible[a] + " " + visible[b]);
+  json added = json::array();
+  auto by_id = model_.added;
+  std::sort(by_id.begin(), by_id.end(), [](const auto& x, const auto& y) { return x.id < y.id; });
+  for (const auto& t : by_id)
+    added.push_back({{"id", t.id},
+                     {"content", t.content},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", t.special}});
+  json pre = json::array();
+  for (const auto& p : model_.patterns)
+    pre.push_back({{"type", "Split"},
+                   {"pattern", {{"Regex", p}}},
+                   {"behavior", "Isolated"},
+                   {"invert", false}});
+  pre.push_back({{"type", "ByteLevel"},
+                 {"add_prefix_space", model_.add_prefix_space},
+                 {"trim_offsets", true},
+                 {"use_regex", false}});
+  return json{{"version", "1.0"},
+              {"truncation", nullptr},
+              {"padding", nullptr},
+              {"added_tokens", added},
+              {"normalizer", nullptr},
+              {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", pre}}},
+              {"post_processor", nullptr},
+              {"decoder",
+               {{"type", "ByteLevel"},
+                {"add_prefix_space", true},
+                {"trim_offsets", true},
+                {"use_regex", true}}},
+              {"model",
+               {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", model_.ignore_merges},
+                {"vocab", vocab},
+                {"merges", merges}}}};
+}
+
+void BpeTokenizer::save(const std::string& path) const {
+  write_file_atomic(path, to_json().dump() + "\n");
+}
+
+std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  LOL_CHECK(in.good(), "cannot read tokenizer ", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  LOL_CHECK(!j.is_discarded(), path, " is not JSON");
+  return from_json(j, path);
+}
+
+std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const json& j, const std::string& name) {
+  LOL_CHECK(j.is_object(), name, " is not a tokenizer.json object");
+  Model m;
+  const auto& model = field(j, "model", name);
+  const auto type = model.value("type", std::string("BPE"));
+  LOL_CHECK(type == "BPE", name, ": model type \"", type, "\" is not supported (only BPE)");
+  for (const char* unsupported : {"continuing_subword_prefix", "end_of_word_suffix", "dropout"})
+    LOL_CHECK(!model.contains(unsupported) || model[unsupported].is_null() ||
+                  (model[unsupported].is_string() && model[unsupported].get<std::string>().empty()),
+              name, ": model.", unsupported, " is not supported");
+  LOL_CHECK(!flag(model, "byte_fallback"), name,
+            ": model.byte_fallback is for sentencepiece-style BPE, which is not supported");
+  m.ignore_merges = flag(model, "ignore_merges");
+  if (j.contains("normalizer") && !j["normalizer"].is_null())
+    fail(name, ": normalizer \"", j["normalizer"].value("type", std::string("?")),
+         "\" is not supported (only none)");
+
+  bool byte_level_seen = false;
+  if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null())
+    read_pre_tokenizer(j["pre_tokenizer"], name + ": pre_tokenizer", &byte_level_seen, &m);
+  LOL_CHECK(byte_level_seen, name, ": not a byte-level BPE (no ByteLevel pre-tokenizer)");
+
+  const auto& vocab = field(model, "vocab", name + ": model");
+  LOL_CHECK(vocab.is_object(), name, ": model.vocab must map tokens to ids");
+  // Ids number the vocabulary and the added tokens densely (a few holes are allowed): a larger
+  // id is an error rather than a huge allocation.
+  const json no_added = json::array();
+  const json& added_list =
+      j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"] : no_added;
+  const auto id_limit = static_cast<int64_t>(vocab.size() + added_list.size());
+  std::string bytes;
+  for (const auto& [token, id] : vocab.items()) {
+    LOL_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < id_limit,
+              name, ": model.vocab[\"", token, "\"] is not an id in [0, ", id_limit,
+              ") (the vocabulary and added tokens have ", id_limit, " entries)");
+    const auto i = id.get<int64_t>();
+    LOL_CHECK(from_visible(token, &bytes) && !bytes.empty(), name, ": model.vocab token \"", token,
+              "\" is not byte-level text");
+    if (i >= static_cast<int64_t>(m.tokens.size())) m.tokens.resize(i + 1);
+    LOL_CHECK(m.tokens[i].empty(), name, ": id ", i, " appears twice in model.vocab");
+    m.tokens[i] = bytes;
+  }
+  std::unordered_map<std::string, int32_t> ids;
+  for (size_t i = 0; i < m.tokens.size(); ++i)
+    if (!m.tokens[i].empty()) ids.emplace(m.tokens[i], static_cast<int32_t>(i));
+  const auto& merges = field(model, "merges", name + ": model");
+  LOL_CHECK(merges.is_array(), name, ": model.merges must be a list");
+  std::string left_bytes, right_bytes;
+  for (size_t r = 0; r < merges.size(); ++r) {
+    std::string left, right;
+    const auto& e = merges[r];
+    if (e.is_string()) {
+      const auto s = e.get<std::string>();
+      const auto space = s.find(' ');
+      LOL_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos, name,
+                ": model.merges[", r, "] \"", s, "\" is not two tokens separated by a space");
+      left = s.substr(0, space), right = s.substr(space + 1);
+    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+      left = e[0].get<std::string>(), right = e[1].get<std::string>();
+    } else {
+      fail(name, ": model.merges[", r, "] is neither \"a b\" nor [\"a\", \"b\"]");
+    }
+    const bool ok = from_visible(left, &left_bytes) && from_visible(right, &right_bytes);
+    const auto a = ids.find(left_bytes), b = ids.find(right_bytes);
+    LOL_CHECK(ok && a != ids.end() && b != ids.end(), name, ": model.merges[", r,
+              "] names a token that is not in model.vocab");
+    m.merges.emplace_back(a->second, b->second);
+  }
+  if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
+    const auto& added = j["added_tokens"];
+    LOL_CHECK(added.is_array(), name, ": added_tokens must be a list");
+    for (size_t i = 0; i < added.size(); ++i) {
+      const auto& t = added[i];
+      const auto where = name + ": added_tokens[" + std::to_string(i) + "]";
+      const auto& id = field(t, "id", where);
+      const auto& content = field(t, "content", where);
+      LOL_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < id_limit &&
+                    content.is_string() && !content.get<std::string>().empty(),
+                where, " needs an integer id in [0, ", id_limit, ") and a non-empty content");
+      for (const char* unsupported : {"lstrip", "rstrip", "single_word"})
+        LOL_CHECK(!flag(t, unsupported), where, ": ", unsupported, " is not supported");
+      const auto i_id = id.get<int64_t>();
+      if (i_id >= static_cast<int64_t>(m.tokens.size())) m.tokens.resize(i_id + 1);
+      m.added.push_back({i_id, content.get<std::string>(), flag(t, "special")});
+      // An added token that is also in the vocabulary keeps its bytes there.
+    }
+  }
+  return std::make_unique<BpeTokenizer>(std::move(m), name);
+}
+
+std::unique_ptr<BpeTokenizer> train_bpe(const std::vector<std::string>& documents,
+                                        const BpeTrainOptions& options,
+                                        const std::function<void(int64_t, int64_t)>& progress) {
+  const auto specials = static_cast<int64_t>(options.special_tokens.size());
+  LOL_CHECK(options.vocab_size >= 256 + specials,
+            "a byte-level BPE needs a vocabulary of at least ", 256 + specials, " (256 bytes and ",
+            specials, " special tokens), got ", options.vocab_size);
+  LOL_CHECK(options.min_frequency >= 1, "min_frequency must be >= 1");
+  const RegexSplitter splitter(options.pattern);
+
+  // Distinct pre-tokens and how often each occurs.
+  std::unordered_map<std::string_view, int64_t> counts;
+  std::vector<std::string_view> pieces;
+  for (const auto& d : documents) {
+    LOL_CHECK(valid_utf8(d), "a training document is not valid UTF-8");
+    // Special tokens in the documents are not learnt from: count the text between them.
+    for (size_t plain = 0;;) {
+      size_t hit = std::string::npos, cut = 0;
+      for (const auto& s : options.special_tokens) {
+        const auto at = d.find(s, plain);
+        if (at < hit || (at == hit && s.size() > cut)) hit = at, cut = s.size();
+      }
+      pieces.clear();
+      const size_t end = hit == std::string::npos ? d.size() : hit;
+      splitter.split(std::string_view(d).substr(plain, end - plain), &pieces);
+      for (auto p : pieces) ++counts[p];
+      if (hit == std::string::npos) break;
+      plain = hit + cut;
+    }
+  }
+  struct Word {
+    std::vector<int32_t> sym;
+    int64_t count;
+  };
+  std::vector<Word> words;
+  words.reserve(counts.size());
+  {
+    std::vector<std::pair<std::string_view, int64_t>> sorted(counts.begin(), counts.end());
+    std::sort(sorted.begin(), sorted.end());  // a fixed order, independent of hashing
+    for (const auto& [p, c] : sorted) {
+      Word w{{}, c};
+      for (unsigned char b : p) w.sym.push_back(b);
+      words.push_back(std::move(w));
+    }
+  }
+
+  BpeTokenizer::Model m;
+  for (int b = 0; b < 256; ++b) m.tokens.emplace_back(1, static_cast<char>(b));
+  std::unordered_map<uint64_t, int64_t> pair_count;
+  std::unordered_map<uint64_t, std::vector<int32_t>> where;
+  for (size_t w = 0; w < words.size(); ++w) {
+    const auto& s = words[w].sym;
+    for (size_t i = 0; i + 1 < s.size(); ++i) {
+      const auto k = pair_key(s[i], s[i + 1]);
+      pair_count[k] += words[w].count;
+      auto& list = where[k];
+      if (list.empty() || list.back() != static_cast<int32_t>(w)) list.push_back(w);
+    }
+  }
+  // Max-heap of (count, pair) with lazy updates: counts of existing pairs only fall, so an
+  // entry whose count is stale is re-pushed with the current one.
+  using Entry = std::pair<int64_t, uint64_t>;
+  auto lower = [](const Entry& x, const Entry& y) {
+    return x.first != y.first ? x.first < y.first : x.second > y.second;
+  };
+  std::priority_queue<Entry, std::vector<Entry>, decltype(lower)> heap(lower);
+  for (const auto& [k, c] : pair_count) heap.emplace(c, k);
+
+  const int64_t target_merges = options.vocab_size - 256 - specials;
+  std::vector<int32_t> visited(words.size(), -1);
+  while (static_cast<int64_t>(m.merges.size()) < target_merges && !heap.empty()) {
+    const auto [c, k] = heap.top();
+    heap.pop();
+    const auto current = pair_count.find(k);
+    const int64_t now = current == pair_count.end() ? 0 : current->second;
+    if (now != c) {
+      if (now > 0) heap.emplace(now, k);
+      continue;
+    }
+    if (c < options.min_frequency) break;
+    const auto a = static_cast<int32_t>(k >> 32), b = static_cast<int32_t>(k & 0xFFFFFFFFu);
+    const auto merged = static_cast<int32_t>(m.tokens.size());
+    m.tokens.push_back(m.tokens[a] + m.tokens[b]);
+    m.merges.emplace_back(a, b);
+    std::unordered_map<uint64_t, int64_t> delta;
+    const auto list = std::move(where[k]);
+    where.erase(k);
+    const auto rank = static_cast<int32_t>(m.merges.size());
+    for (const int32_t w : list) {
+      if (visited[w] == rank) continue;
+      visited[w] = rank;
+      auto& s = words[w].sym;
+      const int64_t n = words[w].count;
+      bool found = false;
+      std::vector<int32_t> out;
+      out.reserve(s.size());
+      for (size_t i = 0; i < s.size(); ++i) {
+        if (i + 1 < s.size() && s[i] == a && s[i + 1] == b) {
+          out.push_back(merged);
+          ++i;
+          found = true;
+        } else {
+          out.push_back(s[i]);
+        }
+      }
+      if (!found) continue;
+      for (size_t i = 0; i + 1 < s.size(); ++i) delta[pair_key(s[i], s[i + 1])] -= n;
+      for (size_t i = 0; i + 1 < out.size(); ++i) {
+        const auto nk = pair_key(out[i], out[i + 1]);
+        delta[nk] += n;
+        if (out[i] == merged || out[i + 1] == merged) {
+          auto& wl = where[nk];
+          if (wl.empty() || wl.back() != w) wl.push_back(w);
+        }
+      }
+      s.swap(out);
+    }
+    std::vector<std::pair<uint64_t, int64_t>> changes(delta.begin(), delta.end());
+    std::sort(changes.begin(), changes.end());
+    for (const auto& [dk, dc] : changes) {
+      if (dc == 0) continue;
+      auto& pc = pair_count[dk];
+      pc += dc;
+      if (dc > 0) heap.emplace(pc, dk);  // a new pair (it holds the merged token)
+      if (pc <= 0) pair_count.erase(dk);
+    }
+    if (progress && m.merges.size() % 256 == 0) progress(m.merges.size(), target_merges);
+  }
+  for (const auto& s : options.special_tokens) {
+    m.added.push_back({static_cast<int64_t>(m.tokens.size()), s, true});
+    m.tokens.emplace_back();
+  }
+  m.patterns = {options.pattern};
+  if (progress) progress(m.merges.size(), target_merges);
+  return std::make_unique<BpeTokenizer>(std::move(m), "bpe");
+}
+
+}  // namespace lol

@@ -1,0 +1,90 @@
+#pragma once
+// Byte-level BPE (docs/text.md): GPT-2's scheme, where the 256 byte values are the base tokens,
+// so every UTF-8 text (indeed every byte string) encodes and decodes exactly, with no unknown
+// token. Text is split into pre-tokens by a regular expression, each pre-token's bytes are
+// merged by the ranked merge list, and added tokens (<|endoftext|>) are matched before all
+// that. Stored as a Hugging Face tokenizer.json, so tokenizers trained here load in the HF
+// libraries and byte-level BPE tokenizers from there (GPT-2, Llama-3 style) load here.
+#include <bitset>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "text/regex_split.h"
+#include "text/tokenizer.h"
+#include "util/json.h"
+
+namespace lol {
+
+class BpeTokenizer : public Tokenizer {
+ public:
+  struct AddedToken {
+    int64_t id;
+    std::string content;
+    bool special;
+  };
+  // The pieces of the model, in bytes; `merges[r]` is the pair of ids merged at rank r (lower
+  // ranks first).
+  struct Model {
+    std::vector<std::string> tokens;  // by id; empty for an id that only an added token uses
+    std::vector<std::pair<int32_t, int32_t>> merges;
+    std::vector<AddedToken> added;
+    std::vector<std::string> patterns;  // Split pre-tokenizers, applied in order
+    bool add_prefix_space = false;
+    bool ignore_merges = false;  // a pre-token that is a whole token is not merged (Llama-3)
+  };
+
+  BpeTokenizer(Model model, std::string name);
+  // A tokenizer.json (HF format). Everything this implementation does not do (other models,
+  // normalizers, pre-tokenizers) is one error naming the field.
+  static std::unique_ptr<BpeTokenizer> load(const std::string& path);
+  static std::unique_ptr<BpeTokenizer> from_json(const json& j, const std::string& name);
+  json to_json() const;
+  void save(const std::string& path) const;  // atomic
+
+  std::string name() const override { return name_; }
+  int64_t vocab_size() const override { return static_cast<int64_t>(model_.tokens.size()); }
+  std::vector<int64_t> encode(const std::string& text) const override;
+  std::string piece(int64_t id, bool first) const override;
+  std::optional<int64_t> eos() const override { return eos_; }
+  std::optional<int64_t> bos() const override { return bos_; }
+  std::optional<int64_t> pad() const override { return pad_; }
+
+  const Model& model() const { return model_; }
+  // The ids of one pre-token's bytes after the merges (no added tokens, no splitting).
+  void merge(std::string_view bytes, std::vector<int64_t>* ids) const;
+
+ private:
+  void encode_plain(std::string_view text, std::vector<int64_t>* ids) const;
+  void merge_long(std::string_view bytes, std::vector<int64_t>* ids) const;
+
+  Model model_;
+  std::string name_;
+  std::vector<std::unique_ptr<RegexSplitter>> splitters_;
+  std::unordered_map<std::string, int32_t> by_bytes_;  // model pieces (not added tokens)
+  // (left << 32 | right) -> (rank, merged id)
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merge_of_;
+  int32_t byte_id_[256];
+  std::bitset<256> added_first_;  // first bytes of added tokens
+  std::optional<int64_t> eos_, bos_, pad_;
+  uint64_t instance_ = 0;  // tells the per-thread word caches apart
+};
+
+struct BpeTrainOptions {
+  int64_t vocab_size = 8192;  // bytes + merges + special tokens
+  std::string pattern = kCl100kPattern;
+  std::vector<std::string> special_tokens = {"<|endoftext|>", "<|pad|>"};
+  int64_t min_frequency = 2;  // a pair seen fewer times is not merged
+};
+
+// Learns merges from documents: counts pre-tokens, then repeatedly merges the most frequent
+// adjacent pair (ties: the smaller pair of ids). Deterministic. `progress(done, total)` is
+// called now and then with merges done.
+std::unique_ptr<BpeTokenizer> train_bpe(const std::vector<std::string>& documents,
+                                        const BpeTrainOptions& options,
+                                        const std::function<void(int64_t, int64_t)>& progress = {});
+
+}  // namespace lol

@@ -1,0 +1,39 @@
+#pragma once
+// Splitting text into pre-tokens by a regular expression, as the `Split` pre-tokenizer of a
+// Hugging Face tokenizer.json does with behaviour "Isolated": every match is a piece and so is
+// every stretch of text between matches. PCRE2 in UTF mode with Unicode properties (\p{L},
+// \s as Unicode whitespace) and JIT; the pattern text is the one tokenizer.json stores.
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lol {
+
+// The pattern of GPT-2's byte-level pre-tokenizer (tokenizer.json `ByteLevel` with use_regex).
+extern const char kGpt2Pattern[];
+// The pattern of cl100k/Llama-3-style tokenizers: letters with one leading non-letter, digits
+// in groups of at most three, punctuation runs, newlines apart. The default of `lol tokenizer
+// train`, since it keeps scripts without spaces (CJK) and numbers from making huge pieces.
+extern const char kCl100kPattern[];
+
+class RegexSplitter {
+ public:
+  // Throws lol::Error naming the pattern and PCRE2's message when it does not compile.
+  explicit RegexSplitter(const std::string& pattern);
+  ~RegexSplitter();
+  RegexSplitter(const RegexSplitter&) = delete;
+  RegexSplitter& operator=(const RegexSplitter&) = delete;
+
+  const std::string& pattern() const { return pattern_; }
+  // Appends the pieces of `text` (valid UTF-8) to `pieces`; they concatenate to `text`.
+  // Thread-safe.
+  void split(std::string_view text, std::vector<std::string_view>* pieces) const;
+
+ private:
+  std::string pattern_;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lol

@@ -1,0 +1,67 @@
+// The independent reference for lol's byte-level BPE: Hugging Face's own `tokenizers` (the
+// Rust library, npm binding) loads the same tokenizer.json and must give the same ids for
+// every document, and decode them back to the text.
+//
+//   node tokenizer_reference.mjs variants TOKENIZER_JSON OUT_DIR
+//     writes variants of a tokenizer.json in the layouts other models ship: GPT-2's ByteLevel
+//     pre-tokenizer (its own regex, a prefix space, merges as "a b"), merges as pairs and
+//     ignore_merges (Llama-3).
+//   node tokenizer_reference.mjs compare TOKENIZER_JSON DOCS_JSONL
+//     DOCS_JSONL: `lol tokenizer encode --input DIR` output, {source, text, ids, decoded} per
+//     line: HF's ids must equal ours, HF's decoding our decoding (and the text itself).
+import { readFileSync, writeFileSync } from "node:fs";
+import { createInterface } from "node:readline";
+import { createReadStream } from "node:fs";
+import { Tokenizer } from "tokenizers";
+
+const [mode, tokenizerPath, target] = process.argv.slice(2);
+
+if (mode === "variants") {
+  const base = JSON.parse(readFileSync(tokenizerPath, "utf8"));
+  const gpt2 = structuredClone(base);
+  gpt2.pre_tokenizer = { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true };
+  const pairs = structuredClone(base);
+  pairs.model.merges = base.model.merges.map((m) => m.split(" "));
+  pairs.model.ignore_merges = true;
+  writeFileSync(`${target}/gpt2.json`, JSON.stringify(gpt2));
+  writeFileSync(`${target}/llama3.json`, JSON.stringify(pairs));
+  console.log("variants: gpt2.json llama3.json");
+} else if (mode === "compare") {
+  const tok = Tokenizer.fromFile(tokenizerPath);
+  // GPT-2's layout puts a space before a text (and after an added token) that does not start
+  // with one, and decoding keeps it; other layouts decode to the text itself.
+  const prefix = JSON.parse(readFileSync(tokenizerPath, "utf8")).pre_tokenizer?.add_prefix_space === true;
+  let docs = 0, tokens = 0, bytes = 0, mismatches = 0;
+  const lines = createInterface({ input: createReadStream(target), crlfDelay: Infinity });
+  for await (const line of lines) {
+    if (!line) continue;
+    const doc = JSON.parse(line);
+    const enc = await tok.encode(doc.text, null, { addSpecialTokens: false });
+    const ids = enc.getIds();
+    const same = ids.length === doc.ids.length && ids.every((v, i) => v === doc.ids[i]);
+    if (!same) {
+      if (++mismatches <= 3) {
+        let i = 0;
+        while (i < ids.length && ids[i] === doc.ids[i]) ++i;
+        console.error(`MISMATCH ${doc.source} at token ${i}: hf ${JSON.stringify(ids.slice(i, i + 8))} ` +
+                      `lol ${JSON.stringify(doc.ids.slice(i, i + 8))} near ` +
+                      JSON.stringify(enc.getTokens().slice(Math.max(0, i - 2), i + 4)));
+      }
+      continue;
+    }
+    const text = await tok.decode(doc.ids, false);
+    if (text !== doc.decoded || (!prefix && text !== doc.text)) {
+      if (++mismatches <= 3) console.error(`DECODE MISMATCH ${doc.source}`);
+      continue;
+    }
+    ++docs;
+    tokens += ids.length;
+    bytes += Buffer.byteLength(doc.text, "utf8");
+  }
+  console.log(`${tokenizerPath}: ${docs} documents agree (${tokens} tokens, ${bytes} bytes), ` +
+              `${mismatches} differ`);
+  process.exit(mismatches === 0 && docs > 0 ? 0 : 1);
+} else {
+  console.error("usage: tokenizer_reference.mjs variants|compare TOKENIZER_JSON OUT_DIR|DOCS_JSONL");
+  process.exit(2);
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Text end to end (docs/text.md): our byte-level BPE against Hugging Face's own tokenizers on
+# the fixture texts (our tokenizer.json and the GPT-2 and Llama-3 layouts of it), corpus builds
+# that are byte-identical when rerun, and a text model trained on corpus:DIR, evaluated per
+# label and prompted with text.
+# usage: text_test.sh LOL_BINARY
+set -euo pipefail
+lol=$(realpath "$1")
+root=$(cd "$(dirname "$0")/.." && pwd)
+node_dir="$root/tests/node"
+[ -d "$node_dir/node_modules/tokenizers" ] ||
+  { echo "text_test: $node_dir/node_modules is missing: run scripts/setup.sh (npm ci there)" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "text_test: FAIL: $*" >&2; exit 1; }
+text="$root/tests/data/text"
+
+# 1. Encodings agree with the reference, for every fixture document and three layouts.
+"$lol" tokenizer train --input "$text" --vocab-size 600 --min-frequency 1 --out "$work/tk.json" 2>/dev/null
+node "$node_dir/tokenizer_reference.mjs" variants "$work/tk.json" "$work"
+for v in tk gpt2 llama3; do
+  "$lol" tokenizer encode --tokenizer "$work/$v.json" --input "$text" > "$work/$v.jsonl"
+  node "$node_dir/tokenizer_reference.mjs" compare "$work/$v.json" "$work/$v.jsonl"
+done
+ids=$("$lol" tokenizer encode --tokenizer "$work/tk.json" --text "Grüße, мир! 東京")
+back=$("$lol" tokenizer decode --tokenizer "$work/tk.json" --ids "$ids")
+[ "$back" = "Grüße, мир! 東京" ] || fail "encode/decode round trip gave '$back'"
+
+# 2. A corpus build is deterministic: byte-identical shards, tables, tokenizer and manifest.
+build() {
+  "$lol" corpus build --input "$text" --out "$1" --vocab-size 400 --val 0.2 --test 0.1 \
+    --chunk-tokens 64 2>/dev/null
+}
+build "$work/c1" > "$work/summary.txt"
+build "$work/c2" > /dev/null
+for f in tokenizer.json corpus.json train.shard val.shard test.shard train.docs.tsv val.docs.tsv; do
+  cmp -s "$work/c1/$f" "$work/c2/$f" || fail "rebuilt corpus differs in $f"
+done
+grep -q "^ru " "$work/summary.txt" || fail "no ru row in the corpus summary"
+
+# 3. A text model: train on corpus:DIR, the run keeps the tokenizer, eval per label, generate.
+"$lol" train --preset tiny --set vocab_size=400 --data "corpus:$work/c1" --steps 30 \
+  --train-set seq_len=64 --train-set batch_rows=4 --train-set eval_every=30 \
+  --train-set lr=3e-3 --out "$work/run" > /dev/null 2>&1 || fail "training on corpus:DIR failed"
+cmp -s "$work/run/tokenizer.json" "$work/c1/tokenizer.json" || fail "the run has no copy of the tokenizer"
+"$lol" eval --model "$work/run" --data "corpus:$work/c1" --split train --json-out "$work/eval.json" > "$work/eval.txt"
+cat "$work/eval.txt"
+node -e '
+const e = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+const all = e.all;
+if (!(all.tokens > 0 && all.bits_per_byte > 0 && all.loss < Math.log(400))) {
+  console.error("eval: loss not below uniform over 400 tokens", all); process.exit(1);
+}
+if (!e.labels.ru || !e.labels.ja) { console.error("eval: no per-label rows"); process.exit(1); }
+' "$work/eval.json"
+out=$("$lol" generate --model "$work/run" --prompt "The router" --max-tokens 8 --echo)
+case "$out" in
+  "The router"*) ;;
+  *) fail "generate --echo did not start with the prompt: '$out'" ;;
+esac
+
+# 4. Routes of text: a corpus split by label, and a TSV of label<TAB>text (escapes unfolded).
+"$lol" route --model "$work/run" --data "corpus:$work/c1" --count 5 --out "$work/routes.jsonl" 2>/dev/null
+[ "$(tail -n +2 "$work/routes.jsonl" | wc -l)" -ge 1 ] || fail "no routes from the corpus"
+printf 'ru\tПривет, мир\\nвторая строка\nja\t東京の天気\n' > "$work/set.tsv"
+"$lol" route --model "$work/run" --data "$work/set.tsv" --out "$work/routes_tsv.jsonl" 2>/dev/null
+labels=$(tail -n +2 "$work/routes_tsv.jsonl" | node -e '
+const lines = require("fs").readFileSync(0, "utf8").trim().split("\n").map(JSON.parse);
+console.log(lines.map((l) => l.label + ":" + l.length).join(" "));')
+expected_ru=$("$lol" tokenizer encode --tokenizer "$work/c1/tokenizer.json" --text "$(printf 'Привет, мир\nвторая строка')" | tr ',' '\n' | wc -l)
+[ "$labels" = "ru:$expected_ru ja:$("$lol" tokenizer encode --tokenizer "$work/c1/tokenizer.json" --text "東京の天気" | tr ',' '\n' | wc -l)" ] ||
+  fail "TSV text routes: got '$labels', expected ru:$expected_ru and the ja length"
+"$lol" report "$work/routes_tsv.jsonl" --folds 2 --out "$work/report.html" 2>/dev/null ||
+  fail "report on text routes"
+echo "text_test: ok"

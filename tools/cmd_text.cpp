@@ -1,0 +1,164 @@
+// lol tokenizer train|encode|decode and lol corpus build: text in and out of token ids.
+#include <iostream>
+#include <iterator>
+
+#include "commands.h"
+#include "text/bpe.h"
+#include "text/corpus.h"
+#include "util/error.h"
+#include "util/files.h"
+#include "util/progress.h"
+
+namespace lol::cli {
+namespace {
+
+std::string read_stdin() {
+  return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+}
+
+void print_summary(const CorpusSummary& s) {
+  std::printf("%-8s %9s %12s %12s %9s %9s\n", "label", "documents", "train bytes", "train tokens",
+              "val tok", "test tok");
+  int64_t bytes = 0, tokens = 0;
+  for (const auto& [label, splits] : s.counts) {
+    auto get = [&](const char* split) {
+      const auto it = splits.find(split);
+      return it == splits.end() ? CorpusCounts{} : it->second;
+    };
+    const auto train = get("train"), val = get("val"), test = get("test");
+    std::printf("%-8s %9lld %12lld %12lld %9lld %9lld\n", label.c_str(),
+                static_cast<long long>(train.documents + val.documents + test.documents),
+                static_cast<long long>(train.bytes), static_cast<long long>(train.tokens),
+                static_cast<long long>(val.tokens), static_cast<long long>(test.tokens));
+    bytes += train.bytes;
+    tokens += train.tokens;
+  }
+  std::printf("train: %lld bytes, %lld tokens (%.2f bytes per token)\n",
+              static_cast<long long>(bytes), static_cast<long long>(tokens),
+              tokens ? static_cast<double>(bytes) / tokens : 0.0);
+}
+
+}  // namespace
+
+void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
+  auto* cmd = app.add_subcommand("tokenizer", "train, and encode or decode with, a byte-level BPE");
+
+  struct TrainOpts {
+    std::string input, out;
+    BpeTrainOptions bpe;
+    int64_t bytes_per_label = 4'000'000;
+  };
+  auto t = std::make_shared<TrainOpts>();
+  auto* train = cmd->add_subcommand("train", "learn a byte-level BPE from a text tree");
+  train->add_option("--input", t->input, "directory INPUT/<label>/*.txt")->required();
+  train->add_option("--vocab-size", t->bpe.vocab_size, "tokens: 256 bytes + merges + specials")
+      ->capture_default_str()
+      ->check(at_least(258));
+  train->add_option("--bytes-per-label", t->bytes_per_label, "training text taken from each label")
+      ->capture_default_str()
+      ->check(at_least(1));
+  train->add_option("--min-frequency", t->bpe.min_frequency, "rarer pairs are not merged")
+      ->capture_default_str()
+      ->check(at_least(1));
+  train->add_option("--out", t->out, "tokenizer.json to write")->required();
+  commands.emplace_back(train, [t] {
+    CorpusSummary ignored;
+    const auto docs = read_text_documents(t->input, false, &ignored);
+    std::map<std::string, int64_t> used;
+    std::vector<std::string> sample;
+    for (const auto& d : docs)
+      if (used[d.label] < t->bytes_per_label) {
+        used[d.label] += d.text.size();
+        sample.push_back(d.text);
+      }
+    Progress progress("merges", t->bpe.vocab_size - 256);
+    const auto tok =
+        train_bpe(sample, t->bpe, [&](int64_t done, int64_t) { progress.update(done, ""); });
+    progress.finish("");
+    tok->save(t->out);
+    std::cerr << "wrote " << t->out << ": " << tok->vocab_size() << " tokens, "
+              << tok->model().merges.size() << " merges\n";
+  });
+
+  struct CodeOpts {
+    std::string tokenizer, text, ids, input;
+  };
+  auto e = std::make_shared<CodeOpts>();
+  auto* encode = cmd->add_subcommand("encode", "text (--text or stdin) to ids, comma-separated");
+  encode->add_option("--tokenizer", e->tokenizer, "tokenizer.json")->required();
+  encode->add_option("--text", e->text, "text to encode (default: stdin)");
+  encode->add_option("--input", e->input,
+                     "a text tree INPUT/<label>/*.txt: one JSON line per document "
+                     "{label, source, text, ids, decoded} (as `lol corpus build` reads it)");
+  commands.emplace_back(encode, [e] {
+    const auto tok = BpeTokenizer::load(e->tokenizer);
+    if (!e->input.empty()) {
+      CorpusSummary ignored;
+      for (const auto& doc : read_text_documents(e->input, false, &ignored)) {
+        const auto ids = tok->encode(doc.text);
+        std::cout << json_text(json{{"label", doc.label},
+                                    {"source", doc.source},
+                                    {"text", doc.text},
+                                    {"ids", ids},
+                                    {"decoded", tok->decode(ids)}})
+                  << "\n";
+      }
+      return;
+    }
+    const auto ids = tok->encode(e->text.empty() ? read_stdin() : e->text);
+    std::string out;
+    for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
+    std::cout << out << "\n";
+  });
+  auto d = std::make_shared<CodeOpts>();
+  auto* decode = cmd->add_subcommand("decode", "ids (--ids or stdin, comma-separated) to text");
+  decode->add_option("--tokenizer", d->tokenizer, "tokenizer.json")->required();
+  decode->add_option("--ids", d->ids, "ids such as 72,101 (default: stdin)");
+  commands.emplace_back(decode, [d] {
+    const auto tok = BpeTokenizer::load(d->tokenizer);
+    const auto ids = parse_int_list("--ids", d->ids.empty() ? read_stdin() : d->ids);
+    std::cout << tok->decode(ids);
+  });
+  cmd->require_subcommand(1);
+}
+
+void add_corpus_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
+  auto* cmd = app.add_subcommand("corpus", "text corpora as token shards");
+  auto o = std::make_shared<CorpusOptions>();
+  auto* build = cmd->add_subcommand(
+      "build", "INPUT/<label>/*.txt -> OUT/{tokenizer.json,train,val,test shards,labels}");
+  build->add_option("--input", o->input, "directory of text, one subdirectory per label")
+      ->required();
+  build->add_option("--out", o->out, "output directory")->required();
+  build->add_option("--tokenizer", o->tokenizer, "use this tokenizer.json (default: train one)");
+  build->add_option("--vocab-size", o->vocab_size, "size of the tokenizer trained")
+      ->capture_default_str()
+      ->check(at_least(258));
+  build
+      ->add_option("--tokenizer-bytes", o->tokenizer_bytes_per_label,
+                   "text per label the tokenizer is trained on")
+      ->capture_default_str()
+      ->check(at_least(1));
+  build->add_option("--val", o->val_fraction, "fraction of documents held out for validation")
+      ->capture_default_str();
+  build->add_option("--test", o->test_fraction, "fraction of documents held out for test")
+      ->capture_default_str();
+  build->add_option("--chunk-tokens", o->chunk_tokens, "longest shard document (longer: cut)")
+      ->capture_default_str()
+      ->check(at_least(2));
+  build
+      ->add_option("--max-train-tokens", o->max_train_tokens_per_label,
+                   "train tokens per label (0 = all; equal values make an equal-token mix)")
+      ->capture_default_str()
+      ->check(at_least(0));
+  build->add_flag("--blocks", o->blocks, "blank-line-separated blocks are the documents");
+  commands.emplace_back(build, [o] {
+    const auto summary =
+        build_corpus(*o, [](const std::string& line) { std::cerr << "corpus: " << line << "\n"; });
+    print_summary(summary);
+    std::cerr << "wrote " << o->out << "/{tokenizer.json,corpus.json,train,val,test}\n";
+  });
+  cmd->require_subcommand(1);
+}
+
+}  // namespace lol::cli
