@@ -117,6 +117,15 @@ if "$lol" generate --model "$dir/run" --prompts "$dir/questions.txt" --max-token
 else
   failed "generate --echo | task score: $(tail -2 "$dir/err")"
 fi
+# A stop string stops generation wherever it occurs in the continuation, and the text shown
+# ends before it (not after it): stop at the 2nd and 3rd words of a free continuation.
+"$lol" generate --model "$dir/run" --prompt "$(head -1 "$dir/questions.txt")" --max-tokens 8 >"$dir/free.txt" 2>/dev/null
+read -r _ w2 w3 _ <"$dir/free.txt"
+cont=" $(cat "$dir/free.txt")"
+before="${cont%%"$w2 $w3"*}"
+expect_ok "generate --stop" "$lol" generate --model "$dir/run" --prompt "$(head -1 "$dir/questions.txt")" --max-tokens 8 --stop "$w2 $w3"
+[ -n "$w3" ] && [ "$(cat "$dir/out")" = "${before# }" ] && pass "stop string cuts the text before it" ||
+  failed "generate --stop '$w2 $w3' on '$(cat "$dir/free.txt")' gave '$(cat "$dir/out")'"
 expect_error "generate text a task vocabulary cannot read" "--prompt: text: unknown token 'hello'" "$lol" generate --model "$dir/run" --prompt "hello" --max-tokens 2
 expect_ok "generate two at a time" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --max-tokens 8 --batch-size 2 --temperature 1 --seed 4
 expect_ok "generate all at once, sampled" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --max-tokens 8 --batch-size 0 --temperature 1 --seed 4

@@ -54,7 +54,8 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
   cmd->add_option("--stop-token", o->stop_tokens,
                   "stop after this token id (repeatable; tasks stop at <eos>)");
   cmd->add_option("--stop", o->stop_strings,
-                  "stop when the generated text ends with this string (repeatable)");
+                  "stop when the generated text contains this string, and print it cut before "
+                  "the string (repeatable)");
   cmd->add_option("--routes", o->routes_out, "write every routing decision as JSON lines");
   cmd->add_option(
          "--batch-size", o->batch_size,
@@ -117,11 +118,7 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
     if (auto eos = tokenizer->eos()) sampling.stop_tokens.push_back(*eos);
     if (!o->stop_strings.empty())
       sampling.stop = [&](int64_t, const std::vector<int64_t>& generated) {
-        const std::string text = tokenizer->decode(generated);
-        for (const auto& s : o->stop_strings)
-          if (text.size() >= s.size() && text.compare(text.size() - s.size(), s.size(), s) == 0)
-            return true;
-        return false;
+        return find_stop(tokenizer->continuation(generated), o->stop_strings) != std::string::npos;
       };
     ForcedPath force;
     const ForcedPath* force_ptr = nullptr;
@@ -141,13 +138,18 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
     std::string routes_text;
     for (size_t b = 0; b < results.size(); ++b) {
       const auto& g = results[b];
+      // The continuation as it follows the prompt, cut before a stop string; alone, without
+      // the separator its first piece has after a prompt (a task vocabulary's space).
+      std::string text = tokenizer->continuation(g.tokens);
+      text.resize(std::min(text.size(), find_stop(text, o->stop_strings)));
       if (o->echo) {
-        auto whole = prompts[b].tokens;
-        whole.insert(whole.end(), g.tokens.begin(), g.tokens.end());
-        std::cout << tokenizer->decode(whole) << "\n";
-      } else {
-        std::cout << tokenizer->decode(g.tokens) << "\n";
+        text = tokenizer->decode(prompts[b].tokens) + text;
+      } else if (!g.tokens.empty()) {
+        const size_t separator = tokenizer->piece(g.tokens[0], false).size() -
+                                 tokenizer->piece(g.tokens[0], true).size();
+        text.erase(0, std::min(separator, text.size()));
       }
+      std::cout << text << "\n";
       for (const auto& r : g.routes) routes_text += r.to_json().dump() + "\n";
     }
     if (!o->routes_out.empty()) write_file_atomic(o->routes_out, routes_text);

@@ -54,18 +54,9 @@ double get_number(const json& body, const char* name, double fallback) {
   return x;
 }
 
-// The continuation's text: each token's piece as it follows the prompt.
-std::string continuation_text(const Tokenizer& tok, const std::vector<int64_t>& ids) {
-  std::string text;
-  for (auto id : ids) text += tok.piece(id, false);
-  return text;
-}
-
 // The text before the first stop string (all of it when none occurs).
 std::string cut_at_stop(const std::string& text, const std::vector<std::string>& stops) {
-  size_t cut = text.size();
-  for (const auto& s : stops) cut = std::min(cut, text.find(s));
-  return text.substr(0, cut);
+  return text.substr(0, std::min(text.size(), find_stop(text, stops)));
 }
 
 // A prompt must hold at least one token and fit the context.
@@ -368,10 +359,7 @@ CompletionCall parse_completion(const json& body, const ServedModel& model, bool
     if (!call.stop.empty()) {
       auto stops = call.stop;
       r.stop = [tok, stops](const std::vector<int64_t>& generated) {
-        const auto text = continuation_text(*tok, generated);
-        for (const auto& x : stops)
-          if (text.find(x) != std::string::npos) return true;
-        return false;
+        return find_stop(tok->continuation(generated), stops) != std::string::npos;
       };
     }
     call.requests.push_back(std::move(r));

@@ -103,6 +103,19 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
   return text;
 }
 
+std::string Tokenizer::continuation(const std::vector<int64_t>& ids) const {
+  std::string text;
+  for (auto id : ids) text += piece(id, false);
+  return text;
+}
+
+size_t find_stop(const std::string& text, const std::vector<std::string>& stops) {
+  size_t first = std::string::npos;
+  for (const auto& s : stops)
+    if (!s.empty()) first = std::min(first, text.find(s));
+  return first;
+}
+
 std::unique_ptr<Tokenizer> task_tokenizer(const std::string& task) {
   return std::make_unique<TaskTokenizer>(tasks::parse_kind(task));
 }

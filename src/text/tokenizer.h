@@ -31,7 +31,14 @@ class Tokenizer {
   virtual TokenSequence prompt(std::vector<int64_t> ids) const;
 
   std::string decode(const std::vector<int64_t>& ids) const;  // the pieces, concatenated
+  // The text of generated ids as it follows a prompt: every piece with first = false.
+  std::string continuation(const std::vector<int64_t>& ids) const;
 };
+
+// Where the first of `stops` begins in `text` (npos when none does). Generation stops as soon
+// as a stop string occurs anywhere in the continuation (a token may carry text past it), and
+// the text shown ends before it: `lol generate --stop` and the server's `stop` alike.
+size_t find_stop(const std::string& text, const std::vector<std::string>& stops);
 
 // The vocabulary of the sudoku or maze task ("sudoku" | "maze").
 std::unique_ptr<Tokenizer> task_tokenizer(const std::string& task);
