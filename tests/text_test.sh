@@ -51,6 +51,9 @@ const all = e.all;
 if (!(all.tokens > 0 && all.bits_per_byte > 0 && all.loss < Math.log(400))) {
   console.error("eval: loss not below uniform over 400 tokens", all); process.exit(1);
 }
+if (!(all.unigram_loss > 0 && all.loss < all.unigram_loss)) {
+  console.error("eval: loss not below the unigram baseline", all); process.exit(1);
+}
 if (!e.labels.ru || !e.labels.ja) { console.error("eval: no per-label rows"); process.exit(1); }
 ' "$work/eval.json"
 out=$("$lol" generate --model "$work/run" --prompt "The router" --max-tokens 8 --echo)
