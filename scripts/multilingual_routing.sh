@@ -31,6 +31,9 @@ fi
 "$lol" eval --model "$out/run" --data "corpus:$out/corpus" --json-out "$out/eval.json"
 "$lol" route --model "$out/run" --data "corpus:$out/corpus" --count 40 --out "$out/routes.jsonl"
 "$lol" path probe "$out/routes.jsonl" --json "$out/probe.json"
-"$lol" path stats "$out/routes.jsonl" --json "$out/route_stats.json" > /dev/null
+# Do languages that share a script share paths? Mean path similarity within scripts vs across.
+"$lol" path stats "$out/routes.jsonl" --json "$out/route_stats.json" \
+  --group latin=en,de,fr,es,it,nl,pl,pt,cs,tr --group cyrillic=ru,uk --group greek=el \
+  --group han=ja,zh --group hangul=ko | tee "$out/route_stats.txt" | tail -1
 "$lol" report "$out/routes.jsonl" --title "LoL text-cpu: routes by language" --out "$out/report.html"
 echo "multilingual_routing.sh: $out/report.html"

@@ -189,6 +189,39 @@ TEST(RouteStats, DistinctExpertsFollowTheUniformNullAndPlantedPaths) {
   EXPECT_DOUBLE_EQ(stats.utilisation.at("x")[0][1], 1.0);  // depth 1 uses expert 1
 }
 
+// Path similarity of labels: cosine of their [depth][expert] shares, worked by hand.
+TEST(RouteStats, LabelsThatShareExpertsAreSimilarAndGroupsAverageTheirPairs) {
+  RouteStatsBuilder builder(2, 4);
+  auto add = [&](const std::string& label, int64_t e1, int64_t e2) {
+    auto r = routes_with_experts(8, 4, 2, 4, [&](int64_t l, int64_t) { return l == 1 ? e1 : e2; });
+    r.label = label;
+    builder.add(r);
+  };
+  add("de", 0, 1);  // shares: depth 1 expert 0, depth 2 expert 1
+  add("nl", 0, 1);
+  add("nl", 0, 2);  // nl: depth 1 (1, 0, 0, 0), depth 2 (0, 1/2, 1/2, 0)
+  add("ja", 3, 3);  // nothing in common with de
+  const auto s = builder.finish();
+  ASSERT_EQ(s.similarity_labels, (std::vector<std::string>{"de", "ja", "nl"}));
+  const auto& c = s.label_similarity;
+  // de = (1,0,0,0 | 0,1,0,0), nl = (1,0,0,0 | 0,.5,.5,0): dot 1.5, norms sqrt(2) sqrt(1.5).
+  EXPECT_NEAR(c[0][2], 1.5 / std::sqrt(2.0 * 1.5), 1e-12);
+  EXPECT_NEAR(c[2][0], c[0][2], 1e-15);
+  EXPECT_DOUBLE_EQ(c[0][1], 0.0);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(c[i][i], 1.0, 1e-12);
+  const auto g = group_similarity(s, {{"de", "Latin"}, {"nl", "Latin"}, {"ja", "CJK"}});
+  EXPECT_EQ(g.within_pairs, 1);
+  EXPECT_EQ(g.across_pairs, 2);
+  EXPECT_NEAR(g.within, c[0][2], 1e-15);
+  EXPECT_NEAR(g.across, (c[0][1] + c[1][2]) / 2, 1e-15);
+  EXPECT_EQ(g.nearest.at("de").first, "nl");
+  EXPECT_EQ(g.nearest.at("nl").first, "de");
+  // A label left out of every group takes no part in the means.
+  const auto partial = group_similarity(s, {{"de", "Latin"}, {"nl", "Latin"}});
+  EXPECT_EQ(partial.across_pairs, 0);
+  EXPECT_EQ(partial.within_pairs, 1);
+}
+
 TEST(Probes, RidgeAndAurocAgreeWithTheTextbookComputation) {
   // Ridge with an intercept on a fixed 6 x 2 set: centre X and y, solve the 2 x 2 normal
   // equations by Cramer's rule, b = mean(y) - mean(x) . w.
@@ -807,6 +840,33 @@ TEST(Svg, HeatmapsAndBarsAreDeterministicEscapedAndChecked) {
   EXPECT_THROW(svg::bar_chart(b), Error);
 }
 
+TEST(Svg, CurvesJoinEachGroupAndALogAxisLeavesOutWhatItCannotDraw) {
+  svg::Scatter s;
+  s.title = "curves";
+  s.x = {1e9, 1e10, 1e11, 1e9, 0.0, 1e11};
+  s.y = {5.0, 4.0, 3.5, 5.5, 9.0, 4.5};
+  s.group = {0, 0, 0, 1, 1, 1};
+  s.groups = {"lol", "dense"};
+  const auto points = svg::scatter(s);
+  EXPECT_EQ(count_of(points, "<polyline"), 0u);
+  EXPECT_EQ(count_of(points, "<circle"), 6u + 2u);  // points and the legend
+  s.lines = s.log_x = true;
+  const auto curves = svg::scatter(s);
+  EXPECT_EQ(curves, svg::scatter(s));
+  EXPECT_EQ(count_of(curves, "<polyline"), 2u);
+  EXPECT_EQ(count_of(curves, "<circle"), 5u + 2u);  // x = 0 has no place on a log axis
+  // The axis ends are data values (10^x of the padded log range), not logarithms.
+  EXPECT_NE(curves.find("(log scale)"), std::string::npos);
+  EXPECT_NE(curves.find(">1.26e+11<"), std::string::npos);  // 10^11.1
+  EXPECT_NE(curves.find(">7.94e+08<"), std::string::npos);  // 10^8.9
+  // The dense curve has two drawable points: one segment, from x 1e9 to 1e11 (the plot's ends).
+  const auto dense = curves.find("stroke=\"#ff7f0e\"");
+  ASSERT_NE(dense, std::string::npos);
+  const auto line = curves.rfind("<polyline points=\"", dense);
+  const auto pts = curves.substr(line, dense - line);
+  EXPECT_EQ(count_of(pts, ","), 2u);
+}
+
 TEST(Report, OneSelfContainedPageWithEveryLabelAndCondition) {
   std::mt19937 rng(5);
   const auto routes = planted_routes(rng, {{"bfs", {0, 3}}, {"<dfs>", {2, 1}}}, 3, 4, 20);
@@ -844,9 +904,10 @@ TEST(Report, OneSelfContainedPageWithEveryLabelAndCondition) {
   EXPECT_EQ(page.find("<script"), std::string::npos);
   EXPECT_EQ(page.find("src="), std::string::npos);
   EXPECT_EQ(count_of(page, "http"), count_of(page, "http://www.w3.org/2000/svg"));
-  // Utilisation (all, two labels), U, agreement (two labels), PCA, margins, flips, probes,
-  // confusion.
-  EXPECT_EQ(count_of(page, "<svg"), 3u + 1u + 2u + 1u + 1u + 1u + 1u + 1u);
+  // Utilisation (all, two labels), U, agreement (two labels), label similarity, PCA, margins,
+  // flips, probes, confusion.
+  EXPECT_EQ(count_of(page, "<svg"), 3u + 1u + 2u + 1u + 1u + 1u + 1u + 1u + 1u);
+  EXPECT_NE(page.find("Path similarity between labels"), std::string::npos);
   EXPECT_NE(page.find("expert-frequency log-likelihood ratio"), std::string::npos);
   EXPECT_NE(page.find("label &lt;dfs&gt;"), std::string::npos);
   EXPECT_NE(page.find("condition: full"), std::string::npos);

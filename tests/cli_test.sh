@@ -108,6 +108,15 @@ expect_error "train bad setting" "optimizer must be one of muon, adamw; got .sgd
 expect_error "overwrite with a bad setting" "lr must be a finite number > 0, got 0" "$lol" train --preset tiny --train-set lr=0 --overwrite --out "$dir/run"
 [ -d "$dir/run/checkpoints" ] && pass "bad overwrite keeps the old run" || failed "a rejected --overwrite deleted the old run"
 expect_ok "train from shard" "$lol" train --preset tiny --set vocab_size=160 --data "$dir/sudoku.shard" --steps 2 --train-set seq_len=512 --out "$dir/run3"
+# Runs side by side: the table on stdout, the plots on one page, the final loss from eval.json.
+"$lol" data maze --count 2 --seed 3 --size 4 --format shards --out "$dir/maze4.shard" >/dev/null 2>&1
+expect_ok "eval a shard into the run" "$lol" eval --model "$dir/run" --data "$dir/maze4.shard" --json-out "$dir/run/eval.json"
+expect_ok "compare" "$lol" compare "$dir/run" "$dir/run3" --out "$dir/compare.html" --json-out "$dir/compare.json"
+[ "$(grep -c '^| run3\? | lol L=4 |' "$dir/out")" -eq 2 ] && grep -q '| metrics |$' "$dir/out" && grep -q '| eval.json |$' "$dir/out" &&
+  [ "$(grep -c '<svg' "$dir/compare.html")" -eq 3 ] && grep -q '<polyline' "$dir/compare.html" &&
+  grep -q '"final_loss_from": "eval.json"' "$dir/compare.json" && grep -q '"final_loss_from": "metrics"' "$dir/compare.json" &&
+  pass "compare: a row per run, three plots, eval.json preferred" || failed "compare output: $(head -c 400 "$dir/out")"
+expect_error "compare a model that is not a run" "m/train_config.json" "$lol" compare "$dir/m"
 expect_ok "generate task text" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --max-tokens 8
 cp "$dir/out" "$dir/all_at_once.txt"
 # --echo prints whole sequences, one pipe into the scorer; the run's task is found without --task.
@@ -142,6 +151,11 @@ expect_ok "route tsv" "$lol" route --model "$dir/run" --data "$dir/set.tsv" --ou
 expect_ok "path extract" "$lol" path extract "$dir/routes.jsonl" --out "$dir/paths"
 expect_ok "path stats" "$lol" path stats "$dir/routes.jsonl" --json "$dir/stats.json"
 grep -q '"expected_uniform"' "$dir/stats.json" && pass "stats json" || failed "stats json lacks expected_uniform"
+expect_ok "path stats with groups" "$lol" path stats "$dir/routes_tsv.jsonl" --group romance=fr --group germanic=de --json "$dir/stats_g.json"
+grep -q "within groups 0.000 (0 pairs), across groups .* (1 pairs)" "$dir/out" && grep -q '"label_similarity"' "$dir/stats_g.json" &&
+  pass "path similarity by group" || failed "path stats --group: $(tail -2 "$dir/out")"
+expect_error "group names a missing label" "--group names label 'es'" "$lol" path stats "$dir/routes_tsv.jsonl" --group romance=fr,es
+expect_error "malformed group" "--group must be NAME=label" "$lol" path stats "$dir/routes_tsv.jsonl" --group romance
 expect_ok "path probe" "$lol" path probe "$dir/routes.jsonl" --folds 2 --shuffles 3 --json "$dir/probes.json"
 printf 'fr\t1,2,3,4\nfr\t5,6,7\n' >"$dir/one_label.tsv"
 "$lol" route --model "$dir/run" --data "$dir/one_label.tsv" --out "$dir/one_label.jsonl" 2>/dev/null

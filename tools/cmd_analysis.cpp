@@ -1,13 +1,16 @@
 // lol route | path extract | stats | probe | eval | report: read the routes a model takes over
 // labelled sequences, the mode path of each label, what the routes encode, and what forcing them
 // does (docs/analysis.md).
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <set>
 #include <sstream>
 
+#include "analysis/compare.h"
 #include "analysis/depth_eval.h"
 #include "analysis/path_eval.h"
 #include "analysis/paths.h"
@@ -347,14 +350,32 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
 
   struct StatsOpts {
     std::string routes, json_out;
+    std::vector<std::string> groups;
   };
   auto so = std::make_shared<StatsOpts>();
   auto* stats = path->add_subcommand("stats",
                                      "expert utilisation, distinct experts per path against the "
-                                     "uniform null, mode-path agreement, margins");
+                                     "uniform null, mode-path agreement, margins, labels that "
+                                     "share paths");
   stats->add_option("routes", so->routes, "route file written by lol route")->required();
   stats->add_option("--json", so->json_out, "also write every statistic as JSON to this file");
+  stats->add_option("--group", so->groups,
+                    "NAME=label,label,...: a group of labels (e.g. languages of one script); "
+                    "repeat it, and the mean path similarity within groups is compared with the "
+                    "mean across them");
   commands.emplace_back(stats, [so] {
+    std::map<std::string, std::string> group_of;
+    for (const auto& g : so->groups) {
+      const auto eq = g.find('=');
+      LOL_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < g.size(),
+                "--group must be NAME=label,label,..., got '", g, "'");
+      std::stringstream labels(g.substr(eq + 1));
+      for (std::string label; std::getline(labels, label, ',');) {
+        LOL_CHECK(!label.empty(), "--group '", g, "' has an empty label");
+        LOL_CHECK(group_of.emplace(label, g.substr(0, eq)).second, "label '", label,
+                  "' is in two --group flags");
+      }
+    }
     std::unique_ptr<RouteStatsBuilder> builder;
     read_route_file(
         so->routes,
@@ -364,7 +385,23 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
         [&](const SequenceRoutes& s) { builder->add(s); });
     const auto result = builder->finish();
     std::cout << result.to_text();
-    if (!so->json_out.empty()) write_file_atomic(so->json_out, result.to_json().dump(2) + "\n");
+    json out = result.to_json();
+    if (!group_of.empty()) {
+      for (const auto& [label, group] : group_of)
+        LOL_CHECK(std::find(result.similarity_labels.begin(), result.similarity_labels.end(),
+                            label) != result.similarity_labels.end(),
+                  "--group names label '", label, "', which ", so->routes, " does not have");
+      const auto g = group_similarity(result, group_of);
+      std::cout << std::fixed << std::setprecision(3) << "path similarity within groups "
+                << g.within << " (" << g.within_pairs << " pairs), across groups " << g.across
+                << " (" << g.across_pairs << " pairs)\n";
+      out["groups"] = {{"of_label", group_of},
+                       {"within", g.within},
+                       {"within_pairs", g.within_pairs},
+                       {"across", g.across},
+                       {"across_pairs", g.across_pairs}};
+    }
+    if (!so->json_out.empty()) write_file_atomic(so->json_out, out.dump(2) + "\n");
   });
 
   struct ProbeOpts {
@@ -467,6 +504,35 @@ void add_report_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>
     write_file_atomic(o->out, html_report(in));
     std::cout << "wrote " << o->out << " (" << in.stats.sequences << " sequences"
               << (in.path_eval.is_null() ? "" : ", forced-path results") << ")\n";
+  });
+}
+
+void add_compare_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
+  struct Opts {
+    std::vector<std::string> runs;
+    std::string out, json_out, title = "Training runs compared";
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand(
+      "compare",
+      "training runs side by side: size, executed FLOPs, held-out loss against FLOPs and "
+      "parameters (a table on stdout, plots with --out)");
+  cmd->add_option("runs", o->runs,
+                  "training run directories (lol eval --json-out RUN/eval.json "
+                  "gives each its final held-out loss)")
+      ->required();
+  cmd->add_option("--out", o->out, "HTML page to write: the table and the plots");
+  cmd->add_option("--json-out", o->json_out, "also write the figures as JSON");
+  cmd->add_option("--title", o->title, "page title")->capture_default_str();
+  commands.emplace_back(cmd, [o] {
+    std::vector<RunSummary> runs;
+    for (const auto& dir : o->runs) runs.push_back(read_run_summary(dir));
+    std::cout << comparison_markdown(runs);
+    if (!o->json_out.empty()) write_file_atomic(o->json_out, comparison_json(runs).dump(2) + "\n");
+    if (!o->out.empty()) {
+      write_file_atomic(o->out, comparison_html(runs, o->title));
+      std::cout << "wrote " << o->out << "\n";
+    }
   });
 }
 

@@ -32,6 +32,7 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
 void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_report_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
+void add_compare_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_eval_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_corpus_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);

@@ -30,23 +30,8 @@ std::vector<std::string> numbered(const std::string& prefix, size_t n, size_t fi
   return out;
 }
 
-// A figure with its caption: the picture, then the numbers it shows.
-std::string figure(const std::string& picture, const std::string& caption) {
-  return "<figure>\n" + picture + "<figcaption>" + caption + "</figcaption>\n</figure>\n";
-}
-
-std::string table(const std::vector<std::string>& header,
-                  const std::vector<std::vector<std::string>>& rows) {
-  std::string out = "<table>\n<tr>";
-  for (const auto& h : header) out += "<th>" + svg::escape(h) + "</th>";
-  out += "</tr>\n";
-  for (const auto& row : rows) {
-    out += "<tr>";
-    for (const auto& cell : row) out += "<td>" + svg::escape(cell) + "</td>";
-    out += "</tr>\n";
-  }
-  return out + "</table>\n";
-}
+using svg::html_figure;
+using svg::html_table;
 
 std::string utilisation_section(const RouteStats& s) {
   std::string out = "<h2>Expert utilisation per depth</h2>\n";
@@ -59,8 +44,8 @@ std::string utilisation_section(const RouteStats& s) {
     h.rows = numbered("", shares.size(), 1);
     h.columns = experts;
     h.values = shares;
-    out += figure(svg::heatmap(h), "Share of windows at each depth that ran each expert (" +
-                                       svg::escape(h.title) + "); rows sum to 1.");
+    out += html_figure(svg::heatmap(h), "Share of windows at each depth that ran each expert (" +
+                                            svg::escape(h.title) + "); rows sum to 1.");
   }
   return out;
 }
@@ -72,13 +57,13 @@ std::string paths_section(const RouteStats& s) {
   b.y_title = "share of token paths";
   b.labels = numbered("U=", s.distinct_share.size(), 1);
   b.values = s.distinct_share;
-  out +=
-      figure(svg::bar_chart(b),
-             "Mean U " + fixed(s.mean_distinct, 3) + " against " + fixed(s.expected_distinct, 3) +
-                 " for independent uniform choices, E[U] = L(1 - (1 - 1/L)^D) with L " +
-                 std::to_string(s.library_size) + ", D " + std::to_string(s.core_depth) + "; " +
-                 std::to_string(s.token_paths) + " token paths. Repeated " +
-                 fixed(s.mean_repeated, 3) + ", unused " + fixed(s.mean_unused, 3) + ".");
+  out += html_figure(svg::bar_chart(b),
+                     "Mean U " + fixed(s.mean_distinct, 3) + " against " +
+                         fixed(s.expected_distinct, 3) +
+                         " for independent uniform choices, E[U] = L(1 - (1 - 1/L)^D) with L " +
+                         std::to_string(s.library_size) + ", D " + std::to_string(s.core_depth) +
+                         "; " + std::to_string(s.token_paths) + " token paths. Repeated " +
+                         fixed(s.mean_repeated, 3) + ", unused " + fixed(s.mean_unused, 3) + ".");
   return out;
 }
 
@@ -100,11 +85,28 @@ std::string agreement_section(const RouteStats& s) {
       if (key.first >= 1 && key.first <= s.core_depth && key.second < windows)
         h.values[static_cast<size_t>(key.first - 1)][static_cast<size_t>(key.second)] = share;
     h.digits = windows > 12 ? -1 : 2;
-    out += figure(svg::heatmap(h),
-                  "Share of the label's sequences whose route at (depth, window) is the mode-path "
-                  "expert; 0 where no sequence reaches the window.");
+    out += html_figure(
+        svg::heatmap(h),
+        "Share of the label's sequences whose route at (depth, window) is the mode-path "
+        "expert; 0 where no sequence reaches the window.");
   }
   return out;
+}
+
+std::string similarity_section(const RouteStats& s) {
+  if (s.similarity_labels.size() < 2) return "";
+  svg::Heatmap h;
+  h.title = "Path similarity between labels";
+  h.row_title = h.column_title = "label";
+  h.rows = h.columns = s.similarity_labels;
+  h.values = s.label_similarity;
+  h.digits = s.similarity_labels.size() <= 12 ? 2 : -1;
+  return "<h2>Labels that share paths</h2>\n" +
+         html_figure(svg::heatmap(h),
+                     "Cosine similarity of two labels' expert utilisation (the share of windows "
+                     "choosing each expert at each depth, as one vector). 1: the same experts in "
+                     "the same proportions at every depth; `lol path stats --group` compares "
+                     "groups of labels (e.g. languages by script).");
 }
 
 std::string pca_section(const std::optional<PathPca>& pca) {
@@ -125,10 +127,10 @@ std::string pca_section(const std::optional<PathPca>& pca) {
     sc.group.push_back(index[pca->labels[s]]);
   }
   return "<h2>Paths by label</h2>\n" +
-         figure(svg::scatter(sc),
-                "Each sequence's path (the share of its windows that ran each expert at each "
-                "depth) projected on the first two principal components of the set, coloured "
-                "by label. Separate clouds: the labels take different paths.");
+         html_figure(svg::scatter(sc),
+                     "Each sequence's path (the share of its windows that ran each expert at each "
+                     "depth) projected on the first two principal components of the set, coloured "
+                     "by label. Separate clouds: the labels take different paths.");
 }
 
 std::string margins_section(const RouteStats& s) {
@@ -145,9 +147,10 @@ std::string margins_section(const RouteStats& s) {
   b.y_title = "share of routing decisions";
   b.labels = labels;
   b.values = shares;
-  out += figure(svg::bar_chart(b), std::to_string(total) +
-                                       " decisions. Small margins mean the router is close to a "
-                                       "tie between its two best experts.");
+  out +=
+      html_figure(svg::bar_chart(b), std::to_string(total) +
+                                         " decisions. Small margins mean the router is close to a "
+                                         "tie between its two best experts.");
   if (s.flips_measured > 0) {
     svg::BarChart f;
     f.title = "Route flips under a perturbation of the router input, by margin";
@@ -158,9 +161,9 @@ std::string margins_section(const RouteStats& s) {
     std::string by_depth;
     for (size_t l = 0; l < s.flip_rate_by_depth.size(); ++l)
       by_depth += (l ? ", " : "") + fixed(s.flip_rate_by_depth[l], 3);
-    out += figure(svg::bar_chart(f), "Flip rate " + fixed(s.flip_rate, 4) + " over " +
-                                         std::to_string(s.flips_measured) +
-                                         " windows; by depth: " + by_depth + ".");
+    out += html_figure(svg::bar_chart(f), "Flip rate " + fixed(s.flip_rate, 4) + " over " +
+                                              std::to_string(s.flips_measured) +
+                                              " windows; by depth: " + by_depth + ".");
   }
   return out;
 }
@@ -183,17 +186,19 @@ std::string probes_section(const std::vector<ProbeResult>& probes,
     rows.push_back({p.level, std::to_string(p.samples), std::to_string(p.features),
                     fixed(p.auroc, 4), fixed(p.shuffled_mean, 4), fixed(p.shuffled_max, 4)});
   }
-  out += figure(svg::bar_chart(b),
-                "Each level's AUROC beside the mean of its label-shuffled control.");
-  out += table({"level", "samples", "features", "AUROC", "shuffled mean", "shuffled max"}, rows);
+  out += html_figure(svg::bar_chart(b),
+                     "Each level's AUROC beside the mean of its label-shuffled control.");
+  out +=
+      html_table({"level", "samples", "features", "AUROC", "shuffled mean", "shuffled max"}, rows);
   if (readouts)
-    out += "<p>Simpler window-level readouts (paper table 2), cross-validated AUROC:</p>\n" +
-           table({"readout", "AUROC"},
-                 {{"top-1 ridge (winning-expert probability at every depth)",
-                   fixed(readouts->top1_ridge, 4)},
-                  {"single winning-expert probability (depth and sign from training folds)",
-                   fixed(readouts->winning_expert, 4)},
-                  {"expert-frequency log-likelihood ratio", fixed(readouts->frequency_llr, 4)}});
+    out +=
+        "<p>Simpler window-level readouts (paper table 2), cross-validated AUROC:</p>\n" +
+        html_table({"readout", "AUROC"},
+                   {{"top-1 ridge (winning-expert probability at every depth)",
+                     fixed(readouts->top1_ridge, 4)},
+                    {"single winning-expert probability (depth and sign from training folds)",
+                     fixed(readouts->winning_expert, 4)},
+                    {"expert-frequency log-likelihood ratio", fixed(readouts->frequency_llr, 4)}});
   return out;
 }
 
@@ -211,8 +216,8 @@ std::string eval_section(const json& eval) {
                     fixed(number("trace_rule_faithful"), 3), fixed(number("answer_correct"), 3),
                     c.contains("donor_followed") ? fixed(number("donor_followed"), 3) : ""});
   }
-  out +=
-      table({"condition", "count", "as requested", "legal", "faithful", "answer", "donor"}, rows);
+  out += html_table({"condition", "count", "as requested", "legal", "faithful", "answer", "donor"},
+                    rows);
   for (const auto& c : eval) {
     const auto names = c["strategies"].get<std::vector<std::string>>();  // none, 1..5
     const auto matrix = c["confusion"].get<std::vector<std::vector<double>>>();
@@ -228,9 +233,9 @@ std::string eval_section(const json& eval) {
     for (const auto& row : matrix)
       for (double v : row) h.max = std::max(h.max, v);
     h.digits = 0;
-    out += figure(svg::heatmap(h),
-                  "Generations per requested strategy (row) by the strategy the "
-                  "trace followed (column; none: no strategy's exact trace).");
+    out += html_figure(svg::heatmap(h),
+                       "Generations per requested strategy (row) by the strategy the "
+                       "trace followed (column; none: no strategy's exact trace).");
   }
   return out;
 }
@@ -263,24 +268,14 @@ json check_path_eval_results(const json& results) {
 
 std::string html_report(const ReportInputs& in) {
   const auto& s = in.stats;
-  std::string out =
-      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" +
-      svg::escape(in.title) +
-      "</title>\n<style>\nbody{font-family:sans-serif;max-width:1100px;margin:2em auto;"
-      "padding:0 1em;color:#111}\nfigure{display:inline-block;vertical-align:top;margin:0.5em "
-      "1em 1em 0}\nfigcaption{max-width:420px;font-size:0.85em;color:#333}\ntable{border-"
-      "collapse:collapse;margin:0.5em 0 1em}\ntd,th{border:1px solid #bbb;padding:2px "
-      "8px;text-align:right}\nth{background:#eef}\n</style>\n</head>\n<body>\n<h1>" +
-      svg::escape(in.title) + "</h1>\n";
-  out += table({"model", "source", "sequences", "core depth D", "library L"},
-               {{in.header.model, in.header.source, std::to_string(s.sequences),
-                 std::to_string(s.core_depth), std::to_string(s.library_size)}});
-  out += utilisation_section(s) + paths_section(s) + agreement_section(s) + pca_section(in.pca) +
-         margins_section(s) + probes_section(in.probes, in.readouts) + eval_section(in.path_eval);
-  out +=
-      "<p><small>Written by lol (docs/analysis.md explains every picture).</small></p>\n"
-      "</body>\n</html>\n";
-  return out;
+  std::string body = html_table({"model", "source", "sequences", "core depth D", "library L"},
+                                {{in.header.model, in.header.source, std::to_string(s.sequences),
+                                  std::to_string(s.core_depth), std::to_string(s.library_size)}});
+  body += utilisation_section(s) + paths_section(s) + agreement_section(s) + similarity_section(s) +
+          pca_section(in.pca) + margins_section(s) + probes_section(in.probes, in.readouts) +
+          eval_section(in.path_eval);
+  body += "<p><small>Written by lol (docs/analysis.md explains every picture).</small></p>\n";
+  return svg::html_page(in.title, body);
 }
 
 }  // namespace lol

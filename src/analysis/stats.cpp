@@ -154,7 +154,48 @@ RouteStats RouteStatsBuilder::finish() const {
     for (size_t b = 0; b < flips_by_margin_.size(); ++b)
       r.flip_rate_by_margin.push_back(rate(flips_by_margin_[b], measured_by_margin_[b]));
   }
+  std::vector<const std::vector<std::vector<double>>*> usage;
+  for (const auto& [label, shares] : r.utilisation)
+    if (label != "*") r.similarity_labels.push_back(label), usage.push_back(&shares);
+  auto dot = [](const std::vector<std::vector<double>>& a,
+                const std::vector<std::vector<double>>& b) {
+    double sum = 0;
+    for (size_t l = 0; l < a.size(); ++l)
+      for (size_t e = 0; e < a[l].size(); ++e) sum += a[l][e] * b[l][e];
+    return sum;
+  };
+  const size_t n = usage.size();
+  r.label_similarity.assign(n, std::vector<double>(n, 0.0));
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      const double norms = std::sqrt(dot(*usage[i], *usage[i]) * dot(*usage[j], *usage[j]));
+      r.label_similarity[i][j] = norms > 0 ? dot(*usage[i], *usage[j]) / norms : 0.0;
+    }
   return r;
+}
+
+GroupSimilarity group_similarity(const RouteStats& stats,
+                                 const std::map<std::string, std::string>& group_of) {
+  GroupSimilarity g;
+  const auto& labels = stats.similarity_labels;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    for (size_t j = 0; j < labels.size(); ++j) {
+      if (i == j) continue;
+      const double s = stats.label_similarity[i][j];
+      auto near = g.nearest.find(labels[i]);
+      if (near == g.nearest.end() || s > near->second.second) g.nearest[labels[i]] = {labels[j], s};
+      if (j < i) continue;
+      const auto a = group_of.find(labels[i]), b = group_of.find(labels[j]);
+      if (a == group_of.end() || b == group_of.end()) continue;
+      if (a->second == b->second)
+        g.within += s, ++g.within_pairs;
+      else
+        g.across += s, ++g.across_pairs;
+    }
+  }
+  if (g.within_pairs) g.within /= static_cast<double>(g.within_pairs);
+  if (g.across_pairs) g.across /= static_cast<double>(g.across_pairs);
+  return g;
 }
 
 json RouteStats::to_json() const {
@@ -179,6 +220,7 @@ json RouteStats::to_json() const {
               {"mean_unused", mean_unused},
               {"share_by_count", distinct_share}}},
             {"mode_path_agreement", agreement_json},
+            {"label_similarity", {{"labels", similarity_labels}, {"cosine", label_similarity}}},
             {"margins", {{"upper_edges", edges}, {"counts", margin_counts}}}};
   if (flips_measured > 0)
     j["flips"] = {{"measured", flips_measured},
@@ -209,6 +251,11 @@ std::string RouteStats::to_text() const {
     for (const auto& [key, share] : cells) sum += share;
     out << "  " << label << " " << (cells.empty() ? 0.0 : sum / static_cast<double>(cells.size()))
         << "\n";
+  }
+  if (similarity_labels.size() >= 2) {
+    out << "labels sharing paths (cosine of utilisation), nearest other label:\n";
+    for (const auto& [label, near] : group_similarity(*this, {}).nearest)
+      out << "  " << label << " ~ " << near.first << " " << near.second << "\n";
   }
   auto bin_name = [&](size_t i) {
     return std::isfinite(margin_edges[i]) ? "<=" + std::to_string(margin_edges[i]).substr(0, 6)

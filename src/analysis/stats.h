@@ -36,10 +36,25 @@ struct RouteStats {
   int64_t flips_measured = 0;
   double flip_rate = 0;
   std::vector<double> flip_rate_by_depth, flip_rate_by_margin;
+  // Do labels share paths? The cosine similarity of two labels' utilisation (their [depth][expert]
+  // shares as one vector), for every pair of labels ("*" left out). Symmetric, 1 on the diagonal.
+  std::vector<std::string> similarity_labels;
+  std::vector<std::vector<double>> label_similarity;
 
   json to_json() const;
   std::string to_text() const;
 };
+
+// Mean label similarity within and across groups of labels (e.g. languages grouped by script).
+// `group_of` maps a label to its group; labels it leaves out take no part.
+struct GroupSimilarity {
+  double within = 0, across = 0;  // mean cosine over the pairs
+  int64_t within_pairs = 0, across_pairs = 0;
+  // Per label: its most similar other label and that similarity.
+  std::map<std::string, std::pair<std::string, double>> nearest;
+};
+GroupSimilarity group_similarity(const RouteStats& stats,
+                                 const std::map<std::string, std::string>& group_of);
 
 class RouteStatsBuilder {
  public:

@@ -172,13 +172,20 @@ std::string scatter(const Scatter& s) {
     LOL_CHECK(g < s.groups.size(), "scatter '", s.title, "': group ", g, " has no name");
   static const char* palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                   "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-  auto range = [](const std::vector<double>& v) {
+  // Plotted x: log10 of the data on a log axis; points that cannot be drawn are left out.
+  std::vector<double> xs(s.x.size());
+  std::vector<bool> drawn(s.x.size());
+  for (size_t i = 0; i < s.x.size(); ++i) {
+    xs[i] = s.log_x ? (s.x[i] > 0 ? std::log10(s.x[i]) : NAN) : s.x[i];
+    drawn[i] = std::isfinite(xs[i]) && std::isfinite(s.y[i]);
+  }
+  auto range = [&](const std::vector<double>& v) {
     double lo = 0, hi = 0;
     bool first = true;
-    for (double x : v)
-      if (std::isfinite(x)) {
-        lo = first ? x : std::min(lo, x);
-        hi = first ? x : std::max(hi, x);
+    for (size_t i = 0; i < v.size(); ++i)
+      if (drawn[i]) {
+        lo = first ? v[i] : std::min(lo, v[i]);
+        hi = first ? v[i] : std::max(hi, v[i]);
         first = false;
       }
     if (hi - lo < 1e-12) {
@@ -188,8 +195,14 @@ std::string scatter(const Scatter& s) {
     const double pad = 0.05 * (hi - lo);
     return std::pair<double, double>{lo - pad, hi + pad};
   };
-  const auto [x0, x1] = range(s.x);
+  const auto [x0, x1] = range(xs);
   const auto [y0, y1] = range(s.y);
+  auto x_label = [&](double x) {
+    if (!s.log_x) return num(x, 2);
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), "%.3g", std::pow(10.0, x));
+    return std::string(buffer);
+  };
   const double left = 50, top = 30, plot = 300;
   const double legend_x = left + plot + 16;
   const double width = std::max(legend_x + label_width(s.groups) + 30,
@@ -198,21 +211,31 @@ std::string scatter(const Scatter& s) {
   std::string out = open(width, height);
   out += text(4, 16, s.title, "font-size=\"13\" font-weight=\"bold\"");
   out += rect(left, top, plot, plot, "none", "stroke=\"#000000\"");
-  out += text(left + plot / 2, top + plot + 30, s.x_title,
+  out += text(left + plot / 2, top + plot + 30, s.x_title + (s.log_x ? " (log scale)" : ""),
               "text-anchor=\"middle\" font-style=\"italic\"");
   const double mid = top + plot / 2;
   out += text(
       14, mid, s.y_title,
       "text-anchor=\"middle\" font-style=\"italic\" transform=\"rotate(-90 14 " + num(mid) + ")\"");
-  out += text(left, top + plot + 14, num(x0, 2), "text-anchor=\"start\"");
-  out += text(left + plot, top + plot + 14, num(x1, 2), "text-anchor=\"end\"");
+  out += text(left, top + plot + 14, x_label(x0), "text-anchor=\"start\"");
+  out += text(left + plot, top + plot + 14, x_label(x1), "text-anchor=\"end\"");
   out += text(left - 4, top + plot, num(y0, 2), "text-anchor=\"end\"");
   out += text(left - 4, top + 10, num(y1, 2), "text-anchor=\"end\"");
+  auto px = [&](size_t i) { return left + plot * (xs[i] - x0) / (x1 - x0); };
+  auto py = [&](size_t i) { return top + plot * (1 - (s.y[i] - y0) / (y1 - y0)); };
+  if (s.lines)
+    for (size_t g = 0; g < s.groups.size(); ++g) {
+      std::string points;
+      for (size_t i = 0; i < s.x.size(); ++i)
+        if (drawn[i] && s.group[i] == g)
+          points += (points.empty() ? "" : " ") + num(px(i)) + "," + num(py(i));
+      if (!points.empty())
+        out += "<polyline points=\"" + points + "\" fill=\"none\" stroke=\"" + palette[g % 10] +
+               "\" stroke-width=\"1.5\"/>\n";
+    }
   for (size_t i = 0; i < s.x.size(); ++i) {
-    if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) continue;
-    const double px = left + plot * (s.x[i] - x0) / (x1 - x0);
-    const double py = top + plot * (1 - (s.y[i] - y0) / (y1 - y0));
-    out += "<circle cx=\"" + num(px) + "\" cy=\"" + num(py) + "\" r=\"3\" fill=\"" +
+    if (!drawn[i]) continue;
+    out += "<circle cx=\"" + num(px(i)) + "\" cy=\"" + num(py(i)) + "\" r=\"3\" fill=\"" +
            palette[s.group[i] % 10] + "\" fill-opacity=\"0.6\"/>\n";
   }
   for (size_t g = 0; g < s.groups.size(); ++g) {
@@ -223,6 +246,34 @@ std::string scatter(const Scatter& s) {
   }
   out += "</svg>\n";
   return out;
+}
+
+std::string html_page(const std::string& title, const std::string& body) {
+  return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" +
+         escape(title) +
+         "</title>\n<style>\nbody{font-family:sans-serif;max-width:1100px;margin:2em auto;"
+         "padding:0 1em;color:#111}\nfigure{display:inline-block;vertical-align:top;margin:0.5em "
+         "1em 1em 0}\nfigcaption{max-width:420px;font-size:0.85em;color:#333}\ntable{border-"
+         "collapse:collapse;margin:0.5em 0 1em}\ntd,th{border:1px solid #bbb;padding:2px "
+         "8px;text-align:right}\nth{background:#eef}\n</style>\n</head>\n<body>\n<h1>" +
+         escape(title) + "</h1>\n" + body + "</body>\n</html>\n";
+}
+
+std::string html_table(const std::vector<std::string>& header,
+                       const std::vector<std::vector<std::string>>& rows) {
+  std::string out = "<table>\n<tr>";
+  for (const auto& h : header) out += "<th>" + escape(h) + "</th>";
+  out += "</tr>\n";
+  for (const auto& row : rows) {
+    out += "<tr>";
+    for (const auto& cell : row) out += "<td>" + escape(cell) + "</td>";
+    out += "</tr>\n";
+  }
+  return out + "</table>\n";
+}
+
+std::string html_figure(const std::string& picture, const std::string& caption) {
+  return "<figure>\n" + picture + "<figcaption>" + caption + "</figcaption>\n</figure>\n";
 }
 
 }  // namespace lol::svg

@@ -37,7 +37,16 @@ struct Scatter {
   std::vector<double> x, y;
   std::vector<size_t> group;        // per point, an index into groups
   std::vector<std::string> groups;  // legend names (up to 10 distinct colours, then repeated)
+  bool lines = false;               // join each group's points in the order given (curves)
+  bool log_x = false;               // logarithmic x axis (points with x <= 0 are left out)
 };
 std::string scatter(const Scatter& s);
+
+// Pieces of a self-contained HTML page (the analysis report, lol compare).
+std::string html_page(const std::string& title, const std::string& body);
+std::string html_table(const std::vector<std::string>& header,
+                       const std::vector<std::vector<std::string>>& rows);
+// A figure with its caption: the picture, then the numbers it shows.
+std::string html_figure(const std::string& picture, const std::string& caption);
 
 }  // namespace lol::svg
