@@ -22,7 +22,7 @@ void bench_dp(const DpBenchOptions& o) {
   const std::string dir = "/tmp/lol_bench_dp_" + std::to_string(::getpid());
   struct Row {
     int64_t workers = 0;
-    double tokens_per_s = 0, comm_s = 0, step_s = 0;
+    double tokens_per_s = 0, comm_s = 0, step_s = 0, buckets = 0, overlapped = 0;
     int64_t bytes = 0;
   };
   std::vector<Row> rows;
@@ -40,13 +40,15 @@ void bench_dp(const DpBenchOptions& o) {
     LOL_CHECK(std::system(command.c_str()) == 0, "bench dp: the run with ", workers,
               " workers failed (", out, ".log)");
     std::ifstream in(out + "/metrics.jsonl");
-    std::vector<double> tps, comm, step_s, bytes;
+    std::vector<double> tps, comm, step_s, bytes, buckets, overlapped;
     for (std::string line; std::getline(in, line);) {
       const json j = json::parse(line, nullptr, false);
       if (!j.is_object() || j.value("step", 0) <= 1) continue;  // the first step warms up
       tps.push_back(j.value("tokens_per_s", 0.0));
       comm.push_back(j.value("comm_seconds", 0.0));
       bytes.push_back(j.value("comm_bytes", 0.0));
+      buckets.push_back(j.value("comm_buckets", 0.0));
+      overlapped.push_back(j.value("comm_overlapped", 0.0));
     }
     LOL_CHECK(!tps.empty(), "bench dp: no metrics in ", out);
     Row r;
@@ -54,6 +56,8 @@ void bench_dp(const DpBenchOptions& o) {
     r.tokens_per_s = percentile(tps, 0.5);
     r.comm_s = percentile(comm, 0.5);
     r.bytes = static_cast<int64_t>(percentile(bytes, 0.5));
+    r.buckets = percentile(buckets, 0.5);
+    r.overlapped = percentile(overlapped, 0.5);
     r.step_s = static_cast<double>(o.batch * o.seq_len * o.grad_accum) / r.tokens_per_s;
     rows.push_back(r);
   }
@@ -66,7 +70,9 @@ void bench_dp(const DpBenchOptions& o) {
                            {"tokens_per_s", r.tokens_per_s},
                            {"step_seconds", r.step_s},
                            {"comm_seconds_per_step", r.comm_s},
-                           {"comm_bytes_per_step", r.bytes}});
+                           {"comm_bytes_per_step", r.bytes},
+                           {"buckets_per_step", r.buckets},
+                           {"buckets_started_in_backward", r.overlapped}});
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -77,11 +83,14 @@ void bench_dp(const DpBenchOptions& o) {
               << " per step, median of steps 2.." << o.steps
               << " | workers share this machine's cores\n\n";
   Table table(md);
-  table.header({"workers", "tokens/s", "step s", "all-reduce s/step", "share", "MB/step"}, 1);
+  table.header({"workers", "tokens/s", "step s", "all-reduce wait s/step", "share", "MB/step",
+                "buckets in backward"},
+               1);
   for (const auto& r : rows)
     table.row({std::to_string(r.workers), fixed(r.tokens_per_s, 0), fixed(r.step_s, 2),
                fixed(r.comm_s, 3), fixed(100 * r.comm_s / r.step_s, 1) + "%",
-               fixed(static_cast<double>(r.bytes) / 1e6, 1)});
+               fixed(static_cast<double>(r.bytes) / 1e6, 1),
+               r.workers > 1 ? fixed(r.overlapped, 0) + " / " + fixed(r.buckets, 0) : "-"});
 }
 
 }  // namespace lol::bench

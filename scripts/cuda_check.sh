@@ -37,6 +37,13 @@ phase configure 120 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;${LOL_DEPS_PREFIX:-}" || exit 1
 phase build 300 cmake --build "$build" -j "$(nproc)" || { grep -E "error" "$log" | head -40; exit 1; }
 lol="$build/lol"
+# The data-parallel backends this LibTorch build compiled in: NCCL is the CUDA path (one GPU per
+# local rank), Gloo the CPU one; the 2-worker run checks the Gloo path against LibTorch 2.x.
+"$lol" --version | tee -a "$log"
+"$lol" --version | grep -q "nccl"
+echo "nccl compiled rc=$?" | tee -a "$out/summary.txt" "$log"
+phase dp-gloo 120 "$lol" train --preset tiny --data task:maze:5 --steps 6 --train-set seq_len=128 \
+  --train-set grad_accum=2 --train-set bucket_mb=0.02 --out /tmp/lol-cuda-dp --overwrite --nproc 2
 
 # Tests: engine on the GPU against the CPU reference paths; the CLI script runs on the CPU.
 export LOL_TEST_DEVICE=$dev

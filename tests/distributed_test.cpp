@@ -3,10 +3,13 @@
 // of workers exactly where it stood.
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <tuple>
 
 #include "helpers.h"
+#include "util/files.h"
+#include "util/json.h"
 
 namespace lol {
 namespace {
@@ -23,6 +26,15 @@ double max_param_diff(const std::string& a, const std::string& b) {
   double worst = 0;
   for (const auto& [name, t] : wa) worst = std::max(worst, testing::max_abs_diff(t, wb.at(name)));
   return worst;
+}
+
+// The JSON objects of a metrics.jsonl file, one per line.
+std::vector<json> metrics_lines(const std::string& path) {
+  std::vector<json> out;
+  std::istringstream in(read_text_file(path));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
 }
 
 struct Family {
@@ -48,8 +60,19 @@ TEST(Distributed, TwoWorkersEqualOneWithTheSameGlobalBatch) {
                                "--train-set grad_accum=2 --train-set checkpoint_every=3";
     const std::string one = dir + "/" + f.name + "_1", two = dir + "/" + f.name + "_2";
     ASSERT_EQ(lol_command(common + " --out " + one), 0) << f.name;
-    ASSERT_EQ(lol_command(common + " --out " + two + " --nproc 2"), 0) << f.name;
+    // Small buckets: several per step, most started during the backward pass (the rest, those
+    // holding parameters the last micro-batch did not reach, after it).
+    ASSERT_EQ(lol_command(common + " --train-set bucket_mb=0.02 --out " + two + " --nproc 2"), 0)
+        << f.name;
     EXPECT_LT(max_param_diff(one, two), kTolerance) << f.name;
+    int64_t lines = 0;
+    for (const auto& m : metrics_lines(two + "/metrics.jsonl")) {
+      ++lines;
+      EXPECT_GE(m["comm_buckets"].get<int64_t>(), 4) << f.name;
+      EXPECT_GE(m["comm_overlapped"].get<int64_t>(), 1) << f.name;
+      EXPECT_LE(m["comm_overlapped"].get<int64_t>(), m["comm_buckets"].get<int64_t>()) << f.name;
+    }
+    EXPECT_EQ(lines, 6) << f.name;
     // The comparison can tell runs apart: half the global batch ends elsewhere.
     const std::string half = dir + "/" + f.name + "_half";
     ASSERT_EQ(lol_command(common + " --train-set grad_accum=1 --out " + half), 0) << f.name;

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iomanip>
@@ -173,8 +174,14 @@ void launch_workers(int nproc) {
   install_interrupt_handler();
   bool forwarded = false;
   std::string failure;
+  // After a failure the others get time to see it and report the lost rank themselves; one that
+  // is still there after that (hung, or stopped) is killed.
+  std::chrono::steady_clock::time_point kill_at;
   size_t running = pids.size();
   while (running > 0) {
+    if (!failure.empty() && std::chrono::steady_clock::now() > kill_at)
+      for (pid_t p : pids)
+        if (p > 0) ::kill(p, SIGKILL);
     int status = 0;
     const pid_t done = ::waitpid(-1, &status, WNOHANG);
     if (done > 0) {
@@ -187,8 +194,13 @@ void launch_workers(int nproc) {
             "worker rank " + std::to_string(r) +
             (WIFSIGNALED(status) ? " was killed by signal " + std::to_string(WTERMSIG(status))
                                  : " exited with status " + std::to_string(WEXITSTATUS(status)));
+        // The others stop: their collectives fail at once (or after the process group's timeout
+        // when a worker hangs), they name the lost rank and exit.
         for (pid_t p : pids)
-          if (p > 0) ::kill(p, SIGTERM);  // the others stop (their collectives fail at once)
+          if (p > 0) ::kill(p, SIGTERM);
+        const auto grace = std::clamp<std::chrono::milliseconds>(
+            distributed_timeout_from_env(), std::chrono::seconds(10), std::chrono::seconds(60));
+        kill_at = std::chrono::steady_clock::now() + grace;
       }
       continue;
     }

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "train/distributed.h"
 #include "util/error.h"
 #include "util/runtime.h"
 #include "util/version.h"
@@ -12,7 +13,8 @@
 int main(int argc, char** argv) {
   CLI::App app{"lol: Library-of-Layers engine (train, run, inspect LoL models)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string(lol::version()) + " (" + lol::git_commit() + ")");
+  app.set_version_flag("--version", std::string(lol::version()) + " (" + lol::git_commit() +
+                                        "; data parallel: " + lol::Distributed::backends() + ")");
   auto& global = lol::cli::global_options();
   app.add_option("--device", global.device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--threads", global.threads,
@@ -32,6 +34,7 @@ int main(int argc, char** argv) {
   lol::cli::add_route_command(app, commands);
   lol::cli::add_path_command(app, commands);
   lol::cli::add_report_command(app, commands);
+  lol::cli::add_compare_command(app, commands);
 #ifdef LOL_HAVE_HTTPLIB
   lol::cli::add_serve_command(app, commands);
 #endif

@@ -59,6 +59,7 @@ const std::vector<Field<TrainConfig>>& TrainConfig::fields() {
       field("checkpoint_every", &C::checkpoint_every, "steps between checkpoints"),
       field("keep_checkpoints", &C::keep_checkpoints, "checkpoints kept"),
       field("seed", &C::seed, "data and noise seed"),
+      field("bucket_mb", &C::bucket_mb, "data parallel: all-reduce bucket size in MiB"),
       field("precision", &C::precision, "auto is bf16 autocast on CUDA, fp32 elsewhere"),
   };
   return table;
@@ -102,6 +103,7 @@ void TrainConfig::validate() const {
   check_range("log_every", log_every, 1, int64_t{1} << 40);
   check_range("checkpoint_every", checkpoint_every, 0, int64_t{1} << 40);
   check_range("keep_checkpoints", keep_checkpoints, 1, int64_t{1} << 20);
+  check_number("bucket_mb", bucket_mb, 0, 4096, true, false);
 }
 
 TrainConfig TrainConfig::from_json(const json& object) {

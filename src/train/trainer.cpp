@@ -41,6 +41,8 @@ json StepMetrics::to_json() const {
   if (comm_bytes > 0) {
     j["comm_seconds"] = comm_seconds;
     j["comm_bytes"] = comm_bytes;
+    j["comm_buckets"] = comm_buckets;
+    j["comm_overlapped"] = comm_overlapped;
   }
   if (eval_loss) j["eval_loss"] = *eval_loss;
   if (eval_accuracy) j["eval_accuracy"] = *eval_accuracy;
@@ -65,6 +67,8 @@ Trainer::Trainer(LanguageModel model, TrainConfig config, std::string run_dir, t
     for (auto& [name, t] : model_->named_state()) state.push_back(t.detach());
     torch::NoGradGuard no_grad;
     dist_->broadcast(state);
+    grad_sync_ = std::make_unique<GradientSync>(
+        *dist_, model_->parameters(), static_cast<int64_t>(config_.bucket_mb * (1 << 20)));
   }
   // The run's randomness (router noise) comes from the CPU generator, which LibTorch seeds
   // differently in every process: seed it from the config so the same command gives the same
@@ -171,12 +175,15 @@ StepMetrics Trainer::train_step() {
         result.logits.to(torch::kFloat32), b.targets.to(device_),
         torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum));
     loss_sum += loss.item<double>();
+    // The last micro-batch's backward pass starts the all-reduce of each bucket of gradients as
+    // soon as it is complete.
+    if (grad_sync_ && k + 1 == micro.size()) grad_sync_->arm();
     (loss / static_cast<double>(std::max<int64_t>(1, loss_tokens))).backward();
     model_->core().count_loads(result.routes, loads);
   }
   if (dist_) {
+    grad_sync_->finish();
     loss_sum = dist_->sum({loss_sum})[0];
-    sync_gradients();
     // Balance loads and router agreement over every rank's windows (SPEC 1.7).
     std::vector<double> flat;
     for (const auto& l : loads.loads) flat.insert(flat.end(), l.begin(), l.end());
@@ -227,25 +234,10 @@ StepMetrics Trainer::train_step() {
   if (dist_) {
     m.comm_seconds = dist_->seconds() - comm_seconds0;
     m.comm_bytes = dist_->bytes() - comm_bytes0;
+    m.comm_buckets = grad_sync_->buckets();
+    m.comm_overlapped = grad_sync_->overlapped();
   }
   return m;
-}
-
-void Trainer::sync_gradients() {
-  // Which parameters some rank reached: those get a gradient everywhere (zeros where this rank
-  // did not reach them) and are summed; the others keep none, as on one worker.
-  auto params = model_->parameters();
-  std::vector<double> reached;
-  for (const auto& p : params) reached.push_back(p.grad().defined() ? 1.0 : 0.0);
-  reached = dist_->sum(reached);
-  std::vector<torch::Tensor> grads;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (reached[i] == 0) continue;
-    auto& p = params[i];
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    grads.push_back(p.grad());
-  }
-  if (!grads.empty()) dist_->all_reduce_sum(grads);
 }
 
 EvalResult Trainer::evaluate() {

@@ -25,6 +25,7 @@ struct StepMetrics {
   // Data parallel: seconds this rank spent in collectives this step, and bytes it reduced.
   double comm_seconds = 0;
   int64_t comm_bytes = 0;
+  int64_t comm_buckets = 0, comm_overlapped = 0;  // buckets, and those started during backward
   std::optional<double> eval_loss, eval_accuracy;
   json to_json() const;
 };
@@ -76,8 +77,6 @@ class Trainer {
   void build_optimizers();
   void load_checkpoint(const std::string& dir, const TrainState& meta);
   bool writes() const { return rank() == 0; }  // rank 0 alone writes into the run directory
-  // Sums the ranks' gradients; a parameter no rank reached keeps no gradient.
-  void sync_gradients();
 
   LanguageModel model_;
   TrainConfig config_;
@@ -90,6 +89,7 @@ class Trainer {
   int64_t step_ = 0;
   double total_flops_ = 0;
   std::shared_ptr<Distributed> dist_;
+  std::unique_ptr<GradientSync> grad_sync_;  // with dist_: gradients summed during backward
 };
 
 }  // namespace lol
