@@ -75,4 +75,20 @@ expected_ru=$("$lol" tokenizer encode --tokenizer "$work/c1/tokenizer.json" --te
   fail "TSV text routes: got '$labels', expected ru:$expected_ru and the ja length"
 "$lol" report "$work/routes_tsv.jsonl" --folds 2 --out "$work/report.html" 2>/dev/null ||
   fail "report on text routes"
+# 5. The library-size sweep script at toy size: six families trained, evaluated and compared;
+# a rerun finds every stage done and only redraws the comparison.
+SWEEP_VOCAB=400 SWEEP_CORPUS="--val 0.2 --test 0.1 --chunk-tokens 64" \
+  SWEEP_SET="d_model=32 n_heads=2 n_kv_heads=2 ffn_hidden=64 window=8 stride=4 max_seq_len=64" \
+  SWEEP_TRAIN_SET="seq_len=64 batch_rows=2 eval_every=2 eval_batches=1 warmup_steps=1" \
+  LOL="$lol" bash "$root/scripts/text_library_sweep.sh" "$work/sweep" 4 "$text" > "$work/sweep.log" 2>&1 ||
+  fail "the sweep script failed: $(tail -3 "$work/sweep.log")"
+for run in lol-L2 lol-L8 lol-L32 dense looped moe; do
+  grep -q "^| $run | .* | eval.json |$" "$work/sweep/compare.md" || fail "no compare row for $run"
+done
+grep -q '^| lol-L32 | lol L=32 |' "$work/sweep/compare.md" && grep -q '^| moe | moe E=8/top1 strided |' "$work/sweep/compare.md" ||
+  fail "compare rows do not name the families: $(cat "$work/sweep/compare.md")"
+[ "$(grep -c '<svg' "$work/sweep/compare.html")" -eq 3 ] || fail "the comparison page does not have its three plots"
+LOL="$lol" bash "$root/scripts/text_library_sweep.sh" "$work/sweep" 4 "$text" > "$work/sweep2.log" 2>&1 ||
+  fail "the sweep rerun failed: $(tail -3 "$work/sweep2.log")"
+! grep -q "^== " "$work/sweep2.log" || fail "the rerun trained again: $(grep '^== ' "$work/sweep2.log")"
 echo "text_test: ok"
