@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A data-parallel run that loses a worker: every process exits, the launcher and the surviving
-# rank name the lost rank, the last checkpoint stays usable and the run resumes at another number
-# of workers. Then a worker that hangs (SIGSTOP): the other rank's collective times out, it names
-# the hung rank, and the launcher ends the hung one.
+# rank name the lost rank, the last checkpoint stays usable and the run resumes at the same and
+# at another number of workers. Then a worker that hangs (SIGSTOP): the other rank's collective
+# times out, it names the hung rank, and the launcher ends the hung one.
 # usage: distributed_test.sh LOL_BINARY
 set -uo pipefail
 lol=$(realpath "$1")
@@ -29,8 +29,12 @@ grep -q "^lol: error: rank 0 of 2: a collective failed (.*); lost rank 1 (exited
 for p in "${workers[@]}"; do ! kill -0 "$p" 2>/dev/null || fail "worker $p still runs"; done
 last=$(ls "$dir/run/checkpoints" | tail -1)
 "$lol" info --model "$dir/run" >/dev/null || fail "the last checkpoint ($last) is not readable"
-"$lol" train --resume "$dir/run" --nproc 1 >"$dir/resume.log" 2>&1 || fail "resume: $(tail -3 "$dir/resume.log")"
-[ -d "$dir/run/checkpoints/step_00000030" ] || fail "the resumed run did not reach step 30"
+# The run resumes at the same number of workers and at another; both reach the end.
+cp -r "$dir/run" "$dir/run_same"
+"$lol" train --resume "$dir/run_same" --nproc 2 >"$dir/resume_same.log" 2>&1 || fail "resume by 2: $(tail -3 "$dir/resume_same.log")"
+[ -d "$dir/run_same/checkpoints/step_00000030" ] || fail "the run resumed by 2 workers did not reach step 30"
+"$lol" train --resume "$dir/run" --nproc 1 >"$dir/resume.log" 2>&1 || fail "resume by 1: $(tail -3 "$dir/resume.log")"
+[ -d "$dir/run/checkpoints/step_00000030" ] || fail "the run resumed by 1 worker did not reach step 30"
 
 # A hung worker: with a 3 s process-group timeout, rank 0's next collective fails and names rank 1,
 # and the launcher kills the stopped worker (SIGTERM cannot reach it) after its grace period.
@@ -51,4 +55,4 @@ grep -q "^lol: error: rank 0 of 2: a collective failed (.*); lost rank 1 (exited
   fail "rank 0 did not name the hung rank: $(grep -v '^train' "$dir/hang.log" | tail -3)"
 for p in "${workers[@]}"; do ! kill -0 "$p" 2>/dev/null || fail "hung worker $p still exists"; done
 "$lol" info --model "$dir/hang" >/dev/null || fail "the hung run's last checkpoint is not readable"
-echo "distributed_test: ok (lost rank named by the launcher and rank 0, checkpoint $last intact, resumed by 1 worker to step 30; hung rank named after $((SECONDS - start)) s)"
+echo "distributed_test: ok (lost rank named by the launcher and rank 0, checkpoint $last intact, resumed by 2 and by 1 worker to step 30; hung rank named after $((SECONDS - start)) s)"
