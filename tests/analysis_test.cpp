@@ -12,6 +12,7 @@
 #include "analysis/report.h"
 #include "analysis/routes.h"
 #include "analysis/stats.h"
+#include "analysis/strategy_control.h"
 #include "analysis/svg.h"
 #include "helpers.h"
 #include "infer/generate.h"
@@ -804,6 +805,114 @@ size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
+}
+
+TEST(StrategyControl, DistinctPathsCompareExpertsWhereverEitherPathReaches) {
+  ForcedPath a;
+  a.depths[1][0].expert = 1;
+  a.depths[1][1].expert = 2;
+  a.depths[2][1].expert = 0;
+  ForcedPath reused = a;  // ordinal 2 reuses ordinal 1 (SPEC 1.6): the same path
+  reused.depths[1][2].expert = 2;
+  ForcedPath gated = a;  // gates are not what makes a path distinct
+  gated.depths[1][1].gate = 0.25;
+  ForcedPath later = a;  // differs only beyond a's last ordinal
+  later.depths[2][3].expert = 3;
+  ForcedPath deeper = a;
+  deeper.depths[2][1].expert = 1;
+  EXPECT_EQ(distinct_paths({a, reused, gated}, 2), 1);
+  EXPECT_EQ(distinct_paths({a, later}, 2), 2);
+  EXPECT_EQ(distinct_paths({a, deeper, reused}, 2), 2);
+  EXPECT_EQ(distinct_paths({a, deeper, later}, 2), 3);
+  EXPECT_EQ(distinct_paths({}, 2), 0);
+}
+
+// measure_strategy_control is the chain `lol route` (seed A) | `lol path extract` | `lol path
+// eval --interventions descriptor,full` (seed B): the same paths, through their JSON files, give
+// the same generations, on problems of the evaluation seed.
+TEST(StrategyControl, EqualsRouteExtractAndEvalThroughTheirFiles) {
+  auto c = testing::tiny_config();
+  c.vocab_size = 160;
+  c.max_seq_len = 512;
+  auto model = testing::make_model(c, 23);
+  {
+    torch::NoGradGuard no_grad;  // loud blocks: the forced expert changes the greedy tokens
+    for (auto& [name, t] : model->named_state()) {
+      auto role = model->roles().all().find(name);
+      if (role != model->roles().all().end() &&
+          (role->second == ParamRole::kMatrix || role->second == ParamRole::kResidualOutput))
+        t.mul_(6.0);
+    }
+  }
+  StrategyControlOptions o;
+  o.maze_size = 4;
+  o.count = 2;
+  o.route_seed = 3;
+  o.eval_seed = 7;
+  o.max_batch = 3;
+  std::vector<EvalSample> samples;
+  const auto control = measure_strategy_control(model, testing::device(), o,
+                                                [&](const EvalSample& s) { samples.push_back(s); });
+
+  auto source = task_sequences("maze", 4, 2, 3);
+  ModePathBuilder builder;
+  extract_routes(model, *source, ExtractOptions{}, [&](SequenceRoutes&& s) { builder.add(s); });
+  std::vector<LabelledPath> paths;
+  std::vector<ForcedPath> forced;
+  for (const auto& m : builder.paths()) {
+    LabelledPath p;
+    p.label = m.label;
+    p.strategy = tasks::strategy_by_name(tasks::Kind::kMaze, m.label);
+    p.path = ForcedPath::from_json(json::parse(m.to_json().dump()));
+    forced.push_back(p.path);
+    paths.push_back(p);
+  }
+  ASSERT_EQ(paths.size(), 5u);
+  EXPECT_EQ(control.labels, 5);
+  EXPECT_EQ(control.distinct_paths, distinct_paths(forced, c.core_depth));
+  PathEvalOptions eval;
+  eval.kind = tasks::Kind::kMaze;
+  eval.maze_size = 4;
+  eval.count = 2;
+  eval.seed = 7;
+  EvalCondition descriptor, full;
+  descriptor.intervention = Intervention::kDescriptor;
+  full.intervention = Intervention::kFull;
+  std::vector<EvalSample> expected;
+  const auto results = evaluate_paths(model, testing::device(), paths, {descriptor, full}, eval,
+                                      [&](const EvalSample& s) { expected.push_back(s); });
+  ASSERT_EQ(samples.size(), 2u * 5 * 2);
+  ASSERT_EQ(samples.size(), expected.size());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    EXPECT_EQ(samples[i].condition, expected[i].condition) << i;
+    EXPECT_EQ(samples[i].prompt, expected[i].prompt) << i;
+    EXPECT_EQ(samples[i].generated, expected[i].generated) << i;
+  }
+  // Generated on the evaluation seed's problems, not on those the paths came from.
+  const auto& vocab = tasks::vocabulary(tasks::Kind::kMaze);
+  tasks::TaskSource eval_problems(tasks::Kind::kMaze, 4, 7, 1),
+      route_problems(tasks::Kind::kMaze, 4, 3, 1);
+  const auto words = vocab.decode(samples[0].prompt);
+  const auto q = eval_problems.sequence(samples[0].problem * 5).question;
+  EXPECT_TRUE(std::equal(q.begin(), q.end(), words.begin() + 2));
+  const auto other = route_problems.sequence(samples[0].problem * 5).question;
+  EXPECT_FALSE(other.size() <= words.size() - 2 &&
+               std::equal(other.begin(), other.end(), words.begin() + 2));
+  EXPECT_EQ(control.descriptor.summary.confusion, results[0].summary.confusion);
+  EXPECT_EQ(control.full.summary.confusion, results[1].summary.confusion);
+
+  auto later = control;
+  later.step = 40;
+  later.tokens = 81920;
+  later.full.summary.strategy_as_requested = 0.625;
+  const auto table = strategy_curve_table({control, later});
+  EXPECT_NE(table.find("| 40 | 81920 | " + std::to_string(control.distinct_paths) + "/5 |"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("| 0.625 |"), std::string::npos) << table;
+  const auto page = strategy_curve_html({control, later}, tasks::Kind::kMaze, "a <title>");
+  EXPECT_NE(page.find("a &lt;title&gt;"), std::string::npos);
+  EXPECT_NE(page.find("(b) forced mode path at step 40"), std::string::npos);
 }
 
 TEST(Svg, HeatmapsAndBarsAreDeterministicEscapedAndChecked) {

@@ -18,9 +18,11 @@
 #include "analysis/report.h"
 #include "analysis/routes.h"
 #include "analysis/stats.h"
+#include "analysis/strategy_control.h"
 #include "commands.h"
 #include "model/checkpoint.h"
 #include "text/bpe.h"
+#include "train/trainer.h"
 #include "util/files.h"
 #include "util/progress.h"
 
@@ -306,6 +308,105 @@ void add_path_depth_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
   });
 }
 
+// lol path curve RUN: strategy control (descriptor, and forced mode paths with the filler) at
+// every checkpoint of a training run, against the tokens it had seen.
+void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Runner>>& commands) {
+  struct Opts {
+    std::string run, task, json_out, html_out, title = "Strategy control during training";
+    int64_t every = 1;
+    StrategyControlOptions control;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = path->add_subcommand(
+      "curve",
+      "strategy control along a training run: at each checkpoint, mode paths from held-out "
+      "sequences, then greedy traces with the descriptor and with each mode path forced");
+  cmd->add_option("run", o->run, "training run directory (its checkpoints) or a model directory")
+      ->required();
+  cmd->add_option("--task", o->task, "sudoku or maze")
+      ->required()
+      ->check(CLI::IsMember({"sudoku", "maze"}));
+  cmd->add_option("--size", o->control.maze_size, "maze side n")->capture_default_str();
+  cmd->add_option("--count", o->control.count,
+                  "held-out problems for the paths, and again per strategy and condition")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--route-seed", o->control.route_seed,
+                  "problems the mode paths are extracted from")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->control.eval_seed, "problems generated on (another seed)")
+      ->capture_default_str();
+  cmd->add_option("--every", o->every,
+                  "evaluate every k-th checkpoint, counting back from the last")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--batch-size", o->control.max_batch, "sequences per batch")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--json", o->json_out, "write the curve as JSON to this file");
+  cmd->add_option("--out", o->html_out, "write the curve as one HTML page");
+  cmd->add_option("--title", o->title, "the page's title")->capture_default_str();
+  commands.emplace_back(cmd, [o] {
+    LOL_CHECK(o->control.route_seed != o->control.eval_seed,
+              "--route-seed and --seed must differ: paths are evaluated on problems they were "
+              "not extracted from");
+    o->control.kind = tasks::parse_kind(o->task);
+    // (model directory, step, tokens) per point; a bare model directory is one point.
+    struct Point {
+      std::string dir;
+      int64_t step = 0, tokens = 0;
+    };
+    std::vector<Point> points;
+    const auto names = checkpoint_names(o->run);
+    for (size_t i = 0; i < names.size(); ++i) {
+      if ((names.size() - 1 - i) % static_cast<size_t>(o->every) != 0) continue;
+      Point p;
+      p.dir = o->run + "/checkpoints/" + names[i];
+      const auto state = read_json_file(p.dir + "/train_state.json", TrainState::from_json);
+      p.step = state.step;
+      p.tokens =
+          state.step * state.config.batch_rows * state.config.seq_len * state.config.grad_accum;
+      points.push_back(p);
+    }
+    if (points.empty()) points.push_back(Point{resolve_model_dir(o->run), 0, 0});
+    const auto device = selected_device();
+    const int64_t total = static_cast<int64_t>(points.size()) * 2 * 5 * o->control.count;
+    Progress progress("path curve", total);
+    int64_t done = 0;
+    install_interrupt_handler();
+    o->control.on_sample = [&] {
+      progress.update(++done, "generations");
+      LOL_CHECK(!interrupt_requested(), "interrupted; nothing was written");
+    };
+    std::vector<StrategyControl> curve;
+    for (const auto& p : points) {
+      auto model = load_model(p.dir, device);
+      auto c = measure_strategy_control(model, device, o->control);
+      c.step = p.step;
+      c.tokens = p.tokens;
+      curve.push_back(std::move(c));
+    }
+    progress.finish("evaluated " + std::to_string(points.size()) + " checkpoint(s)");
+    std::cout << tasks::kind_name(o->control.kind) << ", " << o->control.count
+              << " held-out problems per strategy and condition (paths from seed "
+              << o->control.route_seed << ", generations on seed " << o->control.eval_seed
+              << "), greedy, filler length-matched\n"
+              << strategy_curve_table(curve);
+    const auto& last = curve.back();
+    std::cout << "\nlast checkpoint, descriptor:\n"
+              << last.descriptor.summary.to_text(o->control.kind)
+              << "\nlast checkpoint, forced mode paths:\n"
+              << last.full.summary.to_text(o->control.kind);
+    if (!o->json_out.empty()) {
+      json out = json::array();
+      for (const auto& c : curve) out.push_back(c.to_json(o->control.kind));
+      write_file_atomic(o->json_out, out.dump(2) + "\n");
+    }
+    if (!o->html_out.empty())
+      write_file_atomic(o->html_out, strategy_curve_html(curve, o->control.kind, o->title));
+  });
+}
+
 }  // namespace
 
 void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
@@ -345,7 +446,11 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
       }
       std::cout << "\n";
     }
-    std::cout << "wrote " << paths.size() << " paths to " << o->out << "\n";
+    std::vector<ForcedPath> forced;
+    for (const auto& p : paths) forced.push_back(p.path);
+    std::cout << distinct_paths(forced, header.core_depth) << " distinct paths among "
+              << paths.size() << " labels\n"
+              << "wrote " << paths.size() << " paths to " << o->out << "\n";
   });
 
   struct StatsOpts {
@@ -447,6 +552,7 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
   });
 
   add_path_eval_command(path, commands);
+  add_path_curve_command(path, commands);
   add_path_depth_command(path, commands);
 }
 

@@ -194,36 +194,6 @@ Distributed::Pending Distributed::start_all_reduce_sum(torch::Tensor flat) {
   return p;
 }
 
-void Distributed::all_reduce_sum(const std::vector<torch::Tensor>& tensors, int64_t bucket_bytes) {
-  const auto start = std::chrono::steady_clock::now();
-  size_t i = 0;
-  while (i < tensors.size()) {
-    // The next bucket: consecutive tensors up to bucket_bytes (at least one).
-    size_t j = i;
-    int64_t bytes = 0;
-    do {
-      bytes += tensors[j].numel() * static_cast<int64_t>(tensors[j].element_size());
-      ++j;
-    } while (j < tensors.size() &&
-             bytes + tensors[j].numel() * static_cast<int64_t>(tensors[j].element_size()) <=
-                 bucket_bytes);
-    std::vector<torch::Tensor> flat_parts;
-    for (size_t k = i; k < j; ++k) flat_parts.push_back(tensors[k].reshape({-1}));
-    std::vector<torch::Tensor> bucket{torch::cat(flat_parts)};
-    auto work = group_->pg->allreduce(bucket);
-    wait([&] { work->wait(); });
-    int64_t at = 0;
-    for (size_t k = i; k < j; ++k) {
-      const int64_t n = tensors[k].numel();
-      tensors[k].copy_(bucket[0].narrow(0, at, n).view(tensors[k].sizes()));
-      at += n;
-    }
-    bytes_ += bytes;
-    i = j;
-  }
-  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 void Distributed::broadcast(const std::vector<torch::Tensor>& tensors, int root) {
   const auto start = std::chrono::steady_clock::now();
   ::c10d::BroadcastOptions o;
@@ -239,7 +209,7 @@ void Distributed::broadcast(const std::vector<torch::Tensor>& tensors, int root)
 std::vector<double> Distributed::sum(const std::vector<double>& values) {
   auto t = torch::tensor(values, torch::kFloat64);
   if (device_.is_cuda()) t = t.to(device_);
-  all_reduce_sum({t});
+  start_all_reduce_sum(t).wait();
   t = t.to(torch::kCPU);
   return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
 }

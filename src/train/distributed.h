@@ -54,9 +54,6 @@ class Distributed {
   int rank() const { return config_.rank; }
   int world() const { return config_.world; }
 
-  // In place, summed over the ranks; tensors are packed into buckets of at most
-  // `bucket_bytes` so that one collective moves many small tensors. All of one dtype.
-  void all_reduce_sum(const std::vector<torch::Tensor>& tensors, int64_t bucket_bytes = 25 << 20);
   // Starts summing `flat` (one tensor) over the ranks in place and returns at once; collectives
   // started on every rank in the same order pair up. Waiting counts in seconds().
   Pending start_all_reduce_sum(torch::Tensor flat);

@@ -1,0 +1,197 @@
+#include "analysis/strategy_control.h"
+
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+#include "analysis/paths.h"
+#include "analysis/routes.h"
+#include "analysis/svg.h"
+#include "util/error.h"
+
+namespace lol {
+
+std::vector<LabelledPath> task_mode_paths(LanguageModel& model, const StrategyControlOptions& o) {
+  auto source = task_sequences(tasks::kind_name(o.kind), o.maze_size, o.count, o.route_seed);
+  ModePathBuilder builder;
+  ExtractOptions extract;
+  extract.batch_size = o.max_batch;
+  extract_routes(model, *source, extract, [&](SequenceRoutes&& s) { builder.add(s); });
+  std::vector<LabelledPath> out;
+  for (auto& m : builder.paths()) {
+    LabelledPath p;
+    p.label = m.label;
+    p.strategy = tasks::strategy_by_name(o.kind, m.label);
+    LOL_CHECK(p.strategy > 0, "label '", m.label, "' names no strategy");
+    p.path = std::move(m.path);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+int64_t distinct_paths(const std::vector<ForcedPath>& paths, int64_t core_depth) {
+  int64_t last_ordinal = 0;
+  for (const auto& p : paths)
+    for (const auto& [depth, ordinals] : p.depths)
+      if (!ordinals.empty()) last_ordinal = std::max(last_ordinal, ordinals.rbegin()->first);
+  std::set<std::vector<int64_t>> seen;
+  for (const auto& p : paths) {
+    std::vector<int64_t> experts;
+    for (int64_t l = 1; l <= core_depth; ++l)
+      for (int64_t k = 0; k <= last_ordinal; ++k) {
+        const auto* e = p.find(l, k);
+        experts.push_back(e && e->expert ? *e->expert : -1);
+      }
+    seen.insert(std::move(experts));
+  }
+  return static_cast<int64_t>(seen.size());
+}
+
+StrategyControl measure_strategy_control(LanguageModel& model, torch::Device device,
+                                         const StrategyControlOptions& o,
+                                         const std::function<void(const EvalSample&)>& sink) {
+  StrategyControl out;
+  const auto paths = task_mode_paths(model, o);
+  out.labels = static_cast<int64_t>(paths.size());
+  std::vector<ForcedPath> forced;
+  for (const auto& p : paths) forced.push_back(p.path);
+  out.distinct_paths = distinct_paths(forced, model->config().core_depth);
+  PathEvalOptions eval;
+  eval.kind = o.kind;
+  eval.maze_size = o.maze_size;
+  eval.count = o.count;
+  eval.seed = o.eval_seed;
+  eval.max_batch = o.max_batch;
+  eval.on_sample = o.on_sample;
+  EvalCondition descriptor, full;
+  descriptor.intervention = Intervention::kDescriptor;
+  full.intervention = Intervention::kFull;
+  auto results = evaluate_paths(model, device, paths, {descriptor, full}, eval, sink);
+  LOL_CHECK(results.size() == 2, "strategy control: expected two conditions");
+  out.descriptor = std::move(results[0]);
+  out.full = std::move(results[1]);
+  return out;
+}
+
+json StrategyControl::to_json(tasks::Kind kind) const {
+  return json{{"step", step},
+              {"tokens", tokens},
+              {"labels", labels},
+              {"distinct_paths", distinct_paths},
+              {"descriptor", descriptor.to_json(kind)},
+              {"full", full.to_json(kind)}};
+}
+
+namespace {
+
+std::string fixed(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+// The header and rows of the curve table (markdown and HTML share them).
+std::vector<std::string> curve_header() {
+  return {"step",
+          "tokens",
+          "distinct paths",
+          "descriptor: as requested",
+          "descriptor: legal",
+          "descriptor: answer",
+          "forced: as requested",
+          "forced: legal",
+          "forced: answer"};
+}
+
+std::vector<std::vector<std::string>> curve_rows(const std::vector<StrategyControl>& curve) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& c : curve) {
+    const auto& d = c.descriptor.summary;
+    const auto& f = c.full.summary;
+    rows.push_back({std::to_string(c.step), std::to_string(c.tokens),
+                    std::to_string(c.distinct_paths) + "/" + std::to_string(c.labels),
+                    fixed(d.strategy_as_requested, 3), fixed(d.trace_legal, 3),
+                    fixed(d.answer_correct, 3), fixed(f.strategy_as_requested, 3),
+                    fixed(f.trace_legal, 3), fixed(f.answer_correct, 3)});
+  }
+  return rows;
+}
+
+svg::Heatmap confusion_map(const tasks::ScoreSummary& s, tasks::Kind kind,
+                           const std::string& title) {
+  svg::Heatmap h;
+  h.title = title;
+  h.row_title = "requested";
+  h.column_title = "followed";
+  for (int f = 0; f <= 5; ++f) h.columns.push_back(tasks::strategy_name(kind, f));
+  for (int r = 1; r <= 5; ++r) {
+    h.rows.push_back(tasks::strategy_name(kind, r));
+    int64_t total = 0;
+    for (int f = 0; f <= 5; ++f) total += s.confusion[r][f];
+    std::vector<double> row;
+    for (int f = 0; f <= 5; ++f)
+      row.push_back(total ? static_cast<double>(s.confusion[r][f]) / static_cast<double>(total)
+                          : 0.0);
+    h.values.push_back(std::move(row));
+  }
+  return h;
+}
+
+}  // namespace
+
+std::string strategy_curve_table(const std::vector<StrategyControl>& curve) {
+  const auto header = curve_header();
+  std::ostringstream out;
+  out << "|";
+  for (const auto& h : header) out << " " << h << " |";
+  out << "\n|";
+  for (size_t i = 0; i < header.size(); ++i) out << " ---: |";
+  out << "\n";
+  for (const auto& row : curve_rows(curve)) {
+    out << "|";
+    for (const auto& v : row) out << " " << v << " |";
+    out << "\n";
+  }
+  return out.str();
+}
+
+std::string strategy_curve_html(const std::vector<StrategyControl>& curve, tasks::Kind kind,
+                                const std::string& title) {
+  svg::Scatter s;
+  s.title = "Strategy control against training tokens";
+  s.x_title = "training tokens";
+  s.y_title = "share of held-out generations";
+  s.lines = true;
+  s.groups = {"descriptor: as requested", "descriptor: legal", "descriptor: answer",
+              "forced mode path: as requested", "forced mode path: legal"};
+  for (const auto& c : curve) {
+    const double values[] = {c.descriptor.summary.strategy_as_requested,
+                             c.descriptor.summary.trace_legal, c.descriptor.summary.answer_correct,
+                             c.full.summary.strategy_as_requested, c.full.summary.trace_legal};
+    for (size_t g = 0; g < 5; ++g) {
+      s.x.push_back(static_cast<double>(c.tokens));
+      s.y.push_back(values[g]);
+      s.group.push_back(g);
+    }
+  }
+  std::string body = "<h1>" + svg::escape(title) + "</h1>\n";
+  body += svg::html_figure(svg::scatter(s),
+                           "(a) the true descriptor in the prompt; (b) the length-matched filler "
+                           "with each strategy's mode path forced (SPEC 3.6). 'as requested': the "
+                           "trace is the requested strategy's reference trace.");
+  body += svg::html_table(curve_header(), curve_rows(curve));
+  if (!curve.empty()) {
+    const auto& last = curve.back();
+    const std::string at = " at step " + std::to_string(last.step);
+    body += svg::html_figure(
+        svg::heatmap(confusion_map(last.descriptor.summary, kind, "(a) descriptor" + at)),
+        "Share of each requested strategy's generations that followed each strategy (none: no "
+        "strategy's trace exactly).");
+    body += svg::html_figure(
+        svg::heatmap(confusion_map(last.full.summary, kind, "(b) forced mode path" + at)),
+        "The same with the filler and the requested strategy's mode path forced.");
+  }
+  return svg::html_page(title, body);
+}
+
+}  // namespace lol

@@ -1,0 +1,56 @@
+#pragma once
+// Strategy control of one model in one call (paper 4.1.3, SPEC 3.6): mode paths extracted from
+// teacher-forced held-out sequences that carry the descriptor, then greedy generation on other
+// held-out problems (a) with the true descriptor and (b) with the filler and each strategy's
+// mode path forced, scored per strategy. Measured at every checkpoint of a run it gives the
+// learning curves of (a) and (b) against training tokens (lol path curve,
+// scripts/maze_strategy.sh).
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "analysis/path_eval.h"
+
+namespace lol {
+
+struct StrategyControlOptions {
+  tasks::Kind kind = tasks::Kind::kMaze;
+  int maze_size = 8;
+  int64_t count = 20;               // held-out problems for the paths, and again for each condition
+  uint64_t route_seed = 0;          // problems the mode paths are extracted from
+  uint64_t eval_seed = 1;           // other problems, generated on
+  int64_t max_batch = 16;           // sequences per forward pass and per decoding batch
+  std::function<void()> on_sample;  // after each generation (progress)
+};
+
+struct StrategyControl {
+  int64_t step = 0, tokens = 0;  // where the checkpoint stood (0 for a bare model)
+  int64_t labels = 0;            // strategies with a mode path
+  int64_t distinct_paths = 0;    // of those, how many force different experts somewhere
+  ConditionResult descriptor, full;
+  json to_json(tasks::Kind kind) const;
+};
+
+// The mode path of every strategy (SPEC 3.6, probabilities rule) from `count` held-out
+// problems of `route_seed`, labelled by strategy.
+std::vector<LabelledPath> task_mode_paths(LanguageModel& model, const StrategyControlOptions& o);
+
+// How many of `paths` differ from each other: two paths are the same when they force the same
+// expert at every (depth, window ordinal) either covers (a path reuses its last ordinal beyond
+// its end, SPEC 1.6).
+int64_t distinct_paths(const std::vector<ForcedPath>& paths, int64_t core_depth);
+
+// `sink` sees every generation (descriptor condition first), as evaluate_paths gives them.
+StrategyControl measure_strategy_control(LanguageModel& model, torch::Device device,
+                                         const StrategyControlOptions& options,
+                                         const std::function<void(const EvalSample&)>& sink = {});
+
+// The curve as a markdown table: step, tokens, distinct paths, and per condition the share of
+// traces that followed the requested strategy, were legal, and gave the right answer.
+std::string strategy_curve_table(const std::vector<StrategyControl>& curve);
+// One self-contained HTML page: the table, the two curves against tokens and the confusion
+// matrices of the last point.
+std::string strategy_curve_html(const std::vector<StrategyControl>& curve, tasks::Kind kind,
+                                const std::string& title);
+
+}  // namespace lol
