@@ -678,21 +678,26 @@ TEST(Interventions, EachTransformChangesOnlyWhatItNames) {
 // lol path eval forces exactly what lol generate --force reads: every generation equals
 // generate() with the condition's path written to JSON and read back, and the prompt built
 // from the task text with the filler.
-TEST(PathEval, GenerationsEqualGenerateWithTheForcedPathFile) {
+// A tiny maze-vocabulary model whose blocks are loud enough that the expert a window runs
+// changes the greedy token (so a forced path that were ignored would show).
+LanguageModel loud_maze_model(uint64_t seed) {
   auto c = testing::tiny_config();
   c.vocab_size = 160;
   c.max_seq_len = 512;
-  auto model = testing::make_model(c, 21);
-  {
-    // Blocks loud enough that the expert a window runs changes the greedy token.
-    torch::NoGradGuard no_grad;
-    for (auto& [name, t] : model->named_state()) {
-      auto role = model->roles().all().find(name);
-      if (role != model->roles().all().end() &&
-          (role->second == ParamRole::kMatrix || role->second == ParamRole::kResidualOutput))
-        t.mul_(6.0);
-    }
+  auto model = testing::make_model(c, seed);
+  torch::NoGradGuard no_grad;
+  for (auto& [name, t] : model->named_state()) {
+    auto role = model->roles().all().find(name);
+    if (role != model->roles().all().end() &&
+        (role->second == ParamRole::kMatrix || role->second == ParamRole::kResidualOutput))
+      t.mul_(6.0);
   }
+  return model;
+}
+
+TEST(PathEval, GenerationsEqualGenerateWithTheForcedPathFile) {
+  auto model = loud_maze_model(21);
+  const auto& c = model->config();
   std::vector<LabelledPath> paths;
   for (int s : {1, 3}) {
     LabelledPath p;
@@ -831,19 +836,8 @@ TEST(StrategyControl, DistinctPathsCompareExpertsWhereverEitherPathReaches) {
 // eval --interventions descriptor,full` (seed B): the same paths, through their JSON files, give
 // the same generations, on problems of the evaluation seed.
 TEST(StrategyControl, EqualsRouteExtractAndEvalThroughTheirFiles) {
-  auto c = testing::tiny_config();
-  c.vocab_size = 160;
-  c.max_seq_len = 512;
-  auto model = testing::make_model(c, 23);
-  {
-    torch::NoGradGuard no_grad;  // loud blocks: the forced expert changes the greedy tokens
-    for (auto& [name, t] : model->named_state()) {
-      auto role = model->roles().all().find(name);
-      if (role != model->roles().all().end() &&
-          (role->second == ParamRole::kMatrix || role->second == ParamRole::kResidualOutput))
-        t.mul_(6.0);
-    }
-  }
+  auto model = loud_maze_model(23);
+  const auto& c = model->config();
   StrategyControlOptions o;
   o.maze_size = 4;
   o.count = 2;
