@@ -41,6 +41,7 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
             parallel = 16;
     std::string clients = "1,4,16", workers = "1,2,4", tokenizer, input;
     int reps = 5, warmup = 1, steps = 16;
+    bool profile = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--suite", o->suite,
@@ -105,7 +106,12 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   cmd->add_option("-o,--output", o->output, "md | csv | json")
       ->capture_default_str()
       ->check(CLI::IsMember({"md", "csv", "json"}));
+  cmd->add_flag("--profile", o->profile,
+                "model: then where each row's step goes, by phase and part, forward and backward "
+                "(--reps more repetitions under LibTorch's operator observers)");
   commands.emplace_back(cmd, [o, cmd] {
+    LOL_CHECK(!o->profile || o->suite == "model",
+              "--profile: only the model suite has a profile, not --suite ", o->suite);
     if (o->suite == "tasks") {
       bench::bench_tasks(o->puzzles, o->reps, o->output);
       return;
@@ -200,6 +206,7 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     m.reps = o->reps;
     m.warmup = o->warmup;
     m.output = o->output;
+    m.profile = o->profile;
     m.precision = parse_enum<Precision>(o->precision, "--precision");
     m.device = selected_device();
     bench::bench_model(m);

@@ -1,7 +1,10 @@
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "bench_util.h"
 #include "model/model.h"
@@ -10,6 +13,7 @@
 #include "train/precision.h"
 #include "train/trainer.h"
 #include "util/files.h"
+#include "util/op_profile.h"
 
 namespace lol::bench {
 namespace {
@@ -19,12 +23,17 @@ struct Row {
   int64_t seq_len = 0, batch = 0;
   Spread tokens_per_s, ms_per_step;
   double mfu = 0, flops_per_token = 0;
+  std::vector<ProfileRow> profile;    // per step, with --profile
+  std::vector<ProfileRow> operators;  // the same by operator, the largest first
+  double profiled_ms = 0;             // a profiled step's wall time
 };
 
 // Seconds per repetition of one mode for one model: forward+backward ("train"), a whole
-// optimizer step on packed task documents ("step"), or a forward pass ("forward").
+// optimizer step on packed task documents ("step"), or a forward pass ("forward"). With
+// `profiler`, the timed repetitions run under a profiler it starts after the warmup.
 std::vector<double> time_mode(const ModelBenchOptions& o, const std::string& mode,
-                              LanguageModel& model, int64_t T) {
+                              LanguageModel& model, int64_t T,
+                              std::optional<OpProfiler>* profiler = nullptr) {
   const auto& config = model->config();
   model->train(mode != "forward");
   Batch batch;
@@ -50,6 +59,7 @@ std::vector<double> time_mode(const ModelBenchOptions& o, const std::string& mod
   }
   std::vector<double> times;
   for (int r = 0; r < o.warmup + o.reps; ++r) {
+    if (profiler && r == o.warmup) profiler->emplace();
     auto t0 = Clock::now();
     if (mode == "step") {
       trainer->train_step();
@@ -60,7 +70,13 @@ std::vector<double> time_mode(const ModelBenchOptions& o, const std::string& mod
         AutocastGuard autocast(o.device, bf16);
         logits = model->forward(layout, options).logits;
       }
-      torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), targets).backward();
+      torch::Tensor loss;
+      {
+        ProfileScope scope("loss");
+        loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), targets);
+      }
+      ProfileScope scope("backward");
+      loss.backward();
     } else {
       torch::NoGradGuard no_grad;
       AutocastGuard autocast(o.device, bf16);
@@ -71,6 +87,61 @@ std::vector<double> time_mode(const ModelBenchOptions& o, const std::string& mod
   }
   if (trainer) remove_tree(run_dir.string());
   return times;
+}
+
+constexpr size_t kTopOperators = 15;
+
+// The rows of a profile grouped by phase, phases in the order they first ran.
+std::vector<ProfileRow> by_phase(std::vector<ProfileRow> rows) {
+  std::vector<std::string> order;
+  for (const auto& r : rows)
+    if (std::find(order.begin(), order.end(), r.phase) == order.end()) order.push_back(r.phase);
+  auto rank = [&](const ProfileRow& r) {
+    return std::find(order.begin(), order.end(), r.phase) - order.begin();
+  };
+  std::stable_sort(rows.begin(), rows.end(),
+                   [&](const ProfileRow& a, const ProfileRow& b) { return rank(a) < rank(b); });
+  return rows;
+}
+
+void print_profile(const Row& row, bool md) {
+  std::cout << "\nprofile of " << row.family << " " << row.mode << ", seq " << row.seq_len
+            << ", batch " << row.batch << ": ms per step (" << fixed(row.profiled_ms, 1)
+            << " profiled, " << fixed(row.ms_per_step.mean, 1)
+            << " without); self time of operators by the region they ran in, backward "
+               "operators by their forward's\n\n";
+  Table table(md);
+  table.header({"phase", "part", "forward", "backward", "host", "total", "% step", "GEMM", "calls"},
+               2);
+  ProfileRow sum;
+  auto line = [&](const ProfileRow& r) {
+    table.row({r.phase, r.part.empty() ? "-" : r.part, fixed(r.forward_ms, 2),
+               fixed(r.backward_ms, 2), fixed(r.host_ms, 2), fixed(r.total_ms(), 2),
+               fixed(100 * r.total_ms() / row.profiled_ms, 1), fixed(r.gemm_ms, 2),
+               std::to_string(r.calls)});
+  };
+  for (const auto& r : by_phase(row.profile)) {
+    line(r);
+    sum.forward_ms += r.forward_ms;
+    sum.backward_ms += r.backward_ms;
+    sum.host_ms += r.host_ms;
+    sum.gemm_ms += r.gemm_ms;
+    sum.calls += r.calls;
+  }
+  sum.phase = "all";
+  line(sum);
+  ProfileRow rest;
+  rest.phase = "outside";
+  rest.part = "no region or operator";
+  rest.host_ms = row.profiled_ms - sum.total_ms();
+  line(rest);
+  std::cout << "\nits " << row.operators.size()
+            << " largest operators by self time (ms per step; calls over the profiled steps)\n\n";
+  Table ops(md);
+  ops.header({"operator", "forward", "backward", "total", "% step", "calls"}, 1);
+  for (const auto& r : row.operators)
+    ops.row({r.phase, fixed(r.forward_ms, 2), fixed(r.backward_ms, 2), fixed(r.total_ms(), 2),
+             fixed(100 * r.total_ms() / row.profiled_ms, 1), std::to_string(r.calls)});
 }
 
 }  // namespace
@@ -107,6 +178,21 @@ void bench_model(const ModelBenchOptions& o) {
         row.flops_per_token =
             mode == "forward" ? stats.forward_flops_per_token : stats.train_flops_per_token;
         row.mfu = row.tokens_per_s.mean * row.flops_per_token / (peak.mean * 1e9);
+        if (o.profile) {
+          std::optional<OpProfiler> profiler;
+          double total = 0;
+          for (double s : time_mode(o, mode, model, T, &profiler)) total += s;
+          row.profiled_ms = total * 1e3 / o.reps;
+          auto per_step = [&](std::vector<ProfileRow> rs, size_t keep) {
+            if (rs.size() > keep) rs.resize(keep);
+            for (auto& r : rs)
+              for (double* v : {&r.forward_ms, &r.backward_ms, &r.gemm_ms, &r.host_ms})
+                *v /= o.reps;
+            return rs;
+          };
+          row.profile = per_step(profiler->rows(), SIZE_MAX);
+          row.operators = per_step(profiler->operators(), kTopOperators);
+        }
         rows.push_back(row);
       }
   // Each row's ratio to the first family of the same mode and length.
@@ -122,7 +208,16 @@ void bench_model(const ModelBenchOptions& o) {
               {"matmul_peak_gflops", {{"mean", peak.mean}, {"stddev", peak.stddev}}},
               {"config", o.base.to_json()},
               {"rows", json::array()}});
-    for (const auto& r : rows)
+    for (const auto& r : rows) {
+      json profile = json::array();
+      for (const auto& p : by_phase(r.profile))
+        profile.push_back({{"phase", p.phase},
+                           {"part", p.part},
+                           {"forward_ms", p.forward_ms},
+                           {"backward_ms", p.backward_ms},
+                           {"host_ms", p.host_ms},
+                           {"gemm_ms", p.gemm_ms},
+                           {"calls", p.calls}});
       j["rows"].push_back({{"family", r.family},
                            {"mode", r.mode},
                            {"seq_len", r.seq_len},
@@ -133,6 +228,18 @@ void bench_model(const ModelBenchOptions& o) {
                            {"flops_per_token", r.flops_per_token},
                            {"mfu", r.mfu},
                            {"ratio_to_" + first_family, r.tokens_per_s.mean / baseline(r)}});
+      if (o.profile) {
+        json operators = json::array();
+        for (const auto& p : r.operators)
+          operators.push_back({{"operator", p.phase},
+                               {"forward_ms", p.forward_ms},
+                               {"backward_ms", p.backward_ms},
+                               {"calls", p.calls}});
+        j["rows"].back()["profiled_ms_per_step"] = r.profiled_ms;
+        j["rows"].back()["profile"] = profile;
+        j["rows"].back()["operators"] = operators;
+      }
+    }
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -150,6 +257,11 @@ void bench_model(const ModelBenchOptions& o) {
                fixed(r.tokens_per_s.mean, 1), fixed(r.tokens_per_s.stddev, 1),
                fixed(r.ms_per_step.mean, 1), fixed(r.flops_per_token / 1e9, 4),
                fixed(100 * r.mfu, 1), fixed(r.tokens_per_s.mean / baseline(r), 3)});
+  if (o.profile) {
+    if (o.device.is_cuda())
+      std::cout << "\nprofiles are host times: on CUDA they time launches, not kernels\n";
+    for (const auto& r : rows) print_profile(r, md);
+  }
 }
 
 }  // namespace lol::bench

@@ -21,6 +21,7 @@ struct ModelBenchOptions {
   std::string output = "md";
   Precision precision = Precision::kAuto;  // as TrainConfig::precision: bf16 autocast or fp32
   torch::Device device = torch::kCPU;
+  bool profile = false;  // then each row's step by phase and part (util/op_profile.h)
 };
 // Training throughput per family: forward+backward, a whole optimizer step, or forward only;
 // tokens/s with spread, FLOPs per token and utilisation of the measured matmul peak.

@@ -4,6 +4,7 @@
 
 #include "model/cpu_fast.h"
 #include "model/small_gemm.h"
+#include "util/op_profile.h"
 
 namespace lol {
 
@@ -223,49 +224,76 @@ torch::Tensor slice_rows(const torch::Tensor& t, const BlockSlice& s) {
 torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
                          const FilmRows* film, const AttendFn& attend_rows) {
   const double eps = slices.front().block->attn_norm->eps;
-  // Attention sublayer: normalise all rows once, then each slice's norm weight, FiLM and q|k|v.
-  auto normalized = rms_normalize(x, eps);
-  std::vector<torch::Tensor> fused;
-  for (auto& s : slices)
-    fused.push_back(s.block->project_qkv(BlockImpl::sublayer_input(
-        slice_rows(normalized, s), s.block->attn_norm, film ? &film->attn_gamma : nullptr,
-        film ? &film->attn_beta : nullptr)));
-  auto attended = attend_rows(slices.front().block->split_qkv(cat_rows(fused)));
-  std::vector<torch::Tensor> outs;
-  for (auto& s : slices) {
-    auto& attn = s.block->attn;
-    outs.push_back(s.block->out_proj.apply(slice_rows(attended, s), {attn->o->weight}));
+  // The sublayer inputs: all rows normalised once, then each slice's norm weight and FiLM.
+  auto sublayer_inputs = [&](const torch::Tensor& h, bool attention) {
+    ProfileScope scope("norm");
+    auto normalized = rms_normalize(h, eps);
+    std::vector<torch::Tensor> inputs;
+    for (auto& s : slices) {
+      const auto& b = s.block;
+      inputs.push_back(BlockImpl::sublayer_input(
+          slice_rows(normalized, s), attention ? b->attn_norm : b->ffn_norm,
+          film ? (attention ? &film->attn_gamma : &film->ffn_gamma) : nullptr,
+          film ? (attention ? &film->attn_beta : &film->ffn_beta) : nullptr));
+    }
+    return inputs;
+  };
+  // Attention sublayer: each slice's q|k|v, attention over all rows, each slice's output.
+  auto inputs = sublayer_inputs(x, true);
+  std::vector<torch::Tensor> parts;
+  {
+    ProfileScope scope("proj");
+    for (size_t i = 0; i < slices.size(); ++i)
+      parts.push_back(slices[i].block->project_qkv(inputs[i]));
   }
-  auto a = x + cat_rows(outs);
+  torch::Tensor attended;
+  {
+    ProfileScope scope("attend");
+    attended = attend_rows(slices.front().block->split_qkv(cat_rows(parts)));
+  }
+  parts.clear();
+  {
+    ProfileScope scope("proj");
+    for (auto& s : slices) {
+      auto& attn = s.block->attn;
+      parts.push_back(s.block->out_proj.apply(slice_rows(attended, s), {attn->o->weight}));
+    }
+  }
+  auto a = x + cat_rows(parts);
   // Feed-forward sublayer, SwiGLU's gate over all rows at once between the slices' products.
-  normalized = rms_normalize(a, eps);
-  std::vector<torch::Tensor> inputs;
+  inputs = sublayer_inputs(a, false);
+  parts.clear();
   bool any_moe = false;
-  for (auto& s : slices) {
-    inputs.push_back(BlockImpl::sublayer_input(slice_rows(normalized, s), s.block->ffn_norm,
-                                               film ? &film->ffn_gamma : nullptr,
-                                               film ? &film->ffn_beta : nullptr));
-    any_moe = any_moe || s.block->moe;
-  }
-  std::vector<torch::Tensor> ffn_out;
+  for (auto& s : slices) any_moe = any_moe || s.block->moe;
   if (any_moe) {
+    ProfileScope scope("moe");
     for (size_t i = 0; i < slices.size(); ++i) {
       auto& b = slices[i].block;
-      ffn_out.push_back(b->moe ? b->moe->forward(inputs[i]) : b->ffn->forward(inputs[i]));
+      parts.push_back(b->moe ? b->moe->forward(inputs[i]) : b->ffn->forward(inputs[i]));
     }
-    return a + cat_rows(ffn_out);
+    return a + cat_rows(parts);
   }
-  std::vector<torch::Tensor> gate_up;
-  for (size_t i = 0; i < slices.size(); ++i) {
-    auto& f = slices[i].block->ffn;
-    gate_up.push_back(f->gate_up.apply(inputs[i], {f->gate->weight, f->up->weight}));
+  {
+    ProfileScope scope("proj");
+    for (size_t i = 0; i < slices.size(); ++i) {
+      auto& f = slices[i].block->ffn;
+      parts.push_back(f->gate_up.apply(inputs[i], {f->gate->weight, f->up->weight}));
+    }
   }
-  auto hidden_act = swiglu(cat_rows(gate_up));
-  for (auto& s : slices) {
-    auto& f = s.block->ffn;
-    ffn_out.push_back(f->down_proj.apply(slice_rows(hidden_act, s), {f->down->weight}));
+  torch::Tensor hidden_act;
+  {
+    ProfileScope scope("swiglu");
+    hidden_act = swiglu(cat_rows(parts));
   }
-  return a + cat_rows(ffn_out);
+  parts.clear();
+  {
+    ProfileScope scope("proj");
+    for (auto& s : slices) {
+      auto& f = s.block->ffn;
+      parts.push_back(f->down_proj.apply(slice_rows(hidden_act, s), {f->down->weight}));
+    }
+  }
+  return a + cat_rows(parts);
 }
 
 torch::Tensor run_blocks(const torch::Tensor& x, std::vector<BlockSlice> slices,

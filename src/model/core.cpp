@@ -1,5 +1,9 @@
 #include "model/core.h"
 
+#include <optional>
+
+#include "util/op_profile.h"
+
 namespace lol {
 
 std::unique_ptr<Core> make_core(const ModelConfig& config, torch::nn::Module& model,
@@ -119,6 +123,7 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
     const int64_t p = (l - 1) % config_.core_depth + 1;  // the depth whose parameters run
     const auto& part = layout.windows(layer.window, layer.delta);
     if (options.hook) options.hook("core_in", l, x);
+    std::optional<ProfileScope> scope(std::in_place, "route");
     RouteDecisions decision =
         router_->route(x, p, part, layout, options.router_noise, options.force);
     decision.depth = l;
@@ -128,6 +133,7 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
     }
 
     // Order tokens by expert (stable, so each expert's windows stay in flat order).
+    scope.emplace("permute");
     std::vector<int64_t> expert_of_token(n);
     for (int64_t t = 0; t < n; ++t) expert_of_token[t] = decision.experts[part.token_window[t]];
     const RowGroups groups = group_rows(expert_of_token, blocks());
@@ -135,12 +141,15 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
     auto inverse_t = torch::tensor(groups.inverse, torch::kInt64).to(device);
     FilmRows rows = film(p);
     auto xp = x.index_select(0, perm_t);
-    auto yp =
-        run_blocks(xp, groups.slices, rotary.select(perm_t), part.plan, &rows, perm_t, inverse_t);
+    auto rotary_rows = rotary.select(perm_t);
+    scope.reset();
+    auto yp = run_blocks(xp, groups.slices, rotary_rows, part.plan, &rows, perm_t, inverse_t);
     // s = H + alpha * (E(H) - H), alpha per window broadcast to its tokens.
+    scope.emplace("permute");
     auto alpha = decision.gates.index_select(0, part.token_window_t.index_select(0, perm_t));
     auto sp = xp + alpha.unsqueeze(1) * (yp - xp);
     x = sp.index_select(0, inverse_t);
+    scope.reset();
     if (options.hook) options.hook("core_depth_out", l, x);
     if (routes) routes->push_back(std::move(decision));
   }

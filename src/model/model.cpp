@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "model/stats.h"
+#include "util/op_profile.h"
 
 namespace lol {
 
@@ -105,21 +106,36 @@ void LanguageModelImpl::initialize(uint64_t seed) {
 
 ForwardResult LanguageModelImpl::forward(const Layout& layout, const ForwardOptions& options) {
   ForwardResult result;
-  auto rotary = Rotary::at_positions(layout.positions(), config_.head_dim(), config_.rope_theta);
+  torch::Tensor x;
+  Rotary rotary;
   const int64_t n = layout.num_tokens();
-  auto x = embed->forward(layout.tokens());  // (N, d)
+  {
+    ProfileScope scope("embed");
+    rotary = Rotary::at_positions(layout.positions(), config_.head_dim(), config_.rope_theta);
+    x = embed->forward(layout.tokens());  // (N, d)
+  }
   const auto& full = layout.document_plan();
-  for (size_t i = 0; i < prelude->size(); ++i) {
-    if (options.hook) options.hook("prelude_in", static_cast<int64_t>(i), x);
-    x = run_blocks(x, {{Block(prelude->ptr<BlockImpl>(i)), 0, n}}, rotary, full, nullptr);
+  {
+    ProfileScope scope("prelude");
+    for (size_t i = 0; i < prelude->size(); ++i) {
+      if (options.hook) options.hook("prelude_in", static_cast<int64_t>(i), x);
+      x = run_blocks(x, {{Block(prelude->ptr<BlockImpl>(i)), 0, n}}, rotary, full, nullptr);
+    }
   }
   if (options.hook) options.hook("prelude_out", 0, x);
-  x = core_->forward(x, layout, rotary, options, &result.routes);
-  if (options.hook) options.hook("core_out", 0, x);
-  for (size_t i = 0; i < coda->size(); ++i) {
-    if (options.hook) options.hook("coda_in", static_cast<int64_t>(i), x);
-    x = run_blocks(x, {{Block(coda->ptr<BlockImpl>(i)), 0, n}}, rotary, full, nullptr);
+  {
+    ProfileScope scope("core");
+    x = core_->forward(x, layout, rotary, options, &result.routes);
   }
+  if (options.hook) options.hook("core_out", 0, x);
+  {
+    ProfileScope scope("coda");
+    for (size_t i = 0; i < coda->size(); ++i) {
+      if (options.hook) options.hook("coda_in", static_cast<int64_t>(i), x);
+      x = run_blocks(x, {{Block(coda->ptr<BlockImpl>(i)), 0, n}}, rotary, full, nullptr);
+    }
+  }
+  ProfileScope scope("head");
   x = norm->forward(x);
   result.logits = torch::nn::functional::linear(x, lm_head ? lm_head->weight : embed->weight);
   return result;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "model/checkpoint.h"
 #include "model/stats.h"
@@ -10,6 +11,7 @@
 #include "train/sources.h"
 #include "util/files.h"
 #include "util/hash.h"
+#include "util/op_profile.h"
 
 namespace lol {
 
@@ -132,6 +134,7 @@ StepMetrics Trainer::train_step() {
   std::vector<TrainBatch> micro;
   std::vector<int64_t> micro_index;
   int64_t loss_tokens = 0, tokens = 0;
+  std::optional<ProfileScope> scope(std::in_place, "data");
   for (int64_t i = 0; i < config_.grad_accum; ++i) {
     auto b = packer_->next();
     if (i % world() != rank()) continue;
@@ -150,7 +153,9 @@ StepMetrics Trainer::train_step() {
   // leave it and its moments alone. Zeroed gradients would make that depend on whether the
   // parameter was reached at some earlier step of this process, which a resumed process cannot
   // know (LibTorch 1.13 zeroes by default, 2.x sets to none).
+  scope.emplace("zero_grad");
   model_->zero_grad(/*set_to_none=*/true);
+  scope.reset();
   BalanceLoads loads;
   double loss_sum = 0;
   ForwardOptions options;
@@ -165,23 +170,30 @@ StepMetrics Trainer::train_step() {
       std::lock_guard<std::mutex> lock(generator.mutex());
       generator.set_current_seed(noise_seed(config_.seed, step_, micro_index[k]));
     }
+    scope.emplace("data");
     Layout layout(b.batch, mc.vocab_size, device_);
+    scope.reset();
     ForwardResult result;
     {
       AutocastGuard autocast(device_, uses_bf16_autocast(config_.precision, device_));
       result = model_->forward(layout, options);
     }
+    scope.emplace("loss");
     auto loss = torch::nn::functional::cross_entropy(
         result.logits.to(torch::kFloat32), b.targets.to(device_),
         torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum));
     loss_sum += loss.item<double>();
+    scope.emplace("backward");
     // The last micro-batch's backward pass starts the all-reduce of each bucket of gradients as
     // soon as it is complete.
     if (grad_sync_ && k + 1 == micro.size()) grad_sync_->arm();
     (loss / static_cast<double>(std::max<int64_t>(1, loss_tokens))).backward();
+    scope.emplace("balance");
     model_->core().count_loads(result.routes, loads);
+    scope.reset();
   }
   if (dist_) {
+    scope.emplace("comm");
     grad_sync_->finish();
     loss_sum = dist_->sum({loss_sum})[0];
     // Balance loads and router agreement over every rank's windows (SPEC 1.7).
@@ -197,6 +209,7 @@ StepMetrics Trainer::train_step() {
     loads.decisions = static_cast<int64_t>(flat[at++]);
   }
   m.loss = loss_sum / static_cast<double>(std::max<int64_t>(1, loss_tokens));
+  scope.emplace("optimizer");
   std::vector<torch::Tensor> params;
   for (auto& p : model_->parameters())
     if (p.grad().defined()) params.push_back(p);
@@ -207,6 +220,7 @@ StepMetrics Trainer::train_step() {
         torch::nn::utils::clip_grad_norm_(params, std::numeric_limits<double>::infinity());
   adamw_->step(m.lr);
   if (muon_) muon_->step(m.lr);
+  scope.emplace("balance");
   apply_balance(model_->core(), loads, mc.balance_rate);
   ++step_;
   m.step = step_;
@@ -228,6 +242,7 @@ StepMetrics Trainer::train_step() {
                       ? static_cast<double>(loads.agreements) / static_cast<double>(loads.decisions)
                       : 1.0;
   }
+  scope.reset();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m.tokens_per_s = static_cast<double>(tokens) / seconds;
