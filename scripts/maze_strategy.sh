@@ -11,7 +11,9 @@
 #             toy: the cpu recipe in seconds (tests/maze_strategy_test.sh)
 #     STEPS overrides the profile's step count.
 # Environment: LOL (binary), MAZE_TRAIN_SET (extra --train-set overrides, key=value separated by
-# spaces) and MAZE_SET (extra --set overrides) to try the levers (docs/experiments.md).
+# spaces) and MAZE_SET (extra --set overrides) to try the levers (docs/experiments.md);
+# MAZE_DRY_RUN=1 only writes the run's config.json and train_config.json into OUT_DIR/run
+# (`lol train --dry-run`; tests/shipped_model_test.sh compares them with the shipped model's).
 # Stages whose output exists are skipped and an interrupted run resumes, so rerunning continues.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +58,11 @@ run="$out/run"
 
 # 1. Train (or resume). Data: mazes streamed on the fly, document i is maze i / 5 with strategy
 #    i % 5 + 1, the descriptor router-only (SPEC 3.1).
+if [ -n "${MAZE_DRY_RUN:-}" ]; then
+  "$lol" "${device[@]}" train "${model[@]}" --data "task:maze:$size" --steps "$steps" "${train[@]}" \
+    --out "$run" --dry-run
+  exit 0
+fi
 if [ ! -f "$out/trained" ]; then
   echo "== train ($profile: ${size}x${size} mazes, $steps steps)"
   par=()

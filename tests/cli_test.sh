@@ -107,6 +107,15 @@ expect_error "train over a run" "already holds a run" "$lol" train --preset tiny
 expect_error "train bad setting" "optimizer must be one of muon, adamw; got .sgd." "$lol" train --preset tiny --train-set optimizer=sgd --out "$dir/run2"
 expect_error "overwrite with a bad setting" "lr must be a finite number > 0, got 0" "$lol" train --preset tiny --train-set lr=0 --overwrite --out "$dir/run"
 [ -d "$dir/run/checkpoints" ] && pass "bad overwrite keeps the old run" || failed "a rejected --overwrite deleted the old run"
+# --dry-run: the settings written, nothing trained, never over a run, bad data refused.
+expect_ok "dry run" "$lol" train --preset tiny --data task:maze:5 --set vocab_size=160 --steps 7 --train-set lr=2e-3 --dry-run --out "$dir/dry"
+grep -q '"steps": 7' "$dir/dry/train_config.json" && grep -q '"lr": 0.002' "$dir/dry/train_config.json" &&
+  grep -q '"vocab_size": 160' "$dir/dry/config.json" && [ ! -e "$dir/dry/checkpoints" ] &&
+  pass "dry run writes the settings and trains nothing" || failed "dry run: $(ls "$dir/dry")"
+cp "$dir/run/train_config.json" "$dir/run_tc.json"
+expect_error "dry run over a run" "already holds a run" "$lol" train --preset tiny --steps 2 --dry-run --out "$dir/run"
+cmp -s "$dir/run/train_config.json" "$dir/run_tc.json" && pass "dry run leaves a run alone" || failed "dry run changed a run"
+expect_error "dry run with data the model cannot hold" "uses .* token ids but the model's vocab_size is 8" "$lol" train --preset tiny --set vocab_size=8 --data task:maze:5 --dry-run --out "$dir/dry2"
 expect_ok "train from shard" "$lol" train --preset tiny --set vocab_size=160 --data "$dir/sudoku.shard" --steps 2 --train-set seq_len=512 --out "$dir/run3"
 # Runs side by side: the table on stdout, the plots on one page, the final loss from eval.json.
 "$lol" data maze --count 2 --seed 3 --size 4 --format shards --out "$dir/maze4.shard" >/dev/null 2>&1

@@ -17,6 +17,7 @@
 #include "model/checkpoint.h"
 #include "tasks/copy_task.h"
 #include "tasks/score.h"
+#include "train/sources.h"
 #include "train/trainer.h"
 #include "util/files.h"
 #include "util/progress.h"
@@ -227,7 +228,7 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     std::vector<std::string> train_overrides;
     int64_t steps = 0;
     uint64_t seed = 0;
-    bool overwrite = false;
+    bool overwrite = false, dry_run = false;
     int nproc = 1;
   };
   auto o = std::make_shared<Opts>();
@@ -242,11 +243,46 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   cmd->add_option("--out", o->out, "run directory for a new run");
   cmd->add_option("--resume", o->resume, "run directory to continue from its latest checkpoint");
   cmd->add_flag("--overwrite", o->overwrite, "start over in a run directory that holds a run");
+  cmd->add_flag("--dry-run", o->dry_run,
+                "check a new run's settings and data, write its config.json and "
+                "train_config.json into --out, and stop before training");
   cmd->add_option("--nproc", o->nproc,
                   "data-parallel workers on this machine (docs/distributed.md); torchrun's "
                   "environment starts one worker per process instead")
       ->check(at_least(1));
-  commands.emplace_back(cmd, [o] {
+  // A new run's settings, every one checked: the model's config and the training config.
+  auto resolve_new_run = [o] {
+    LOL_CHECK(!o->out.empty(), "give --out DIR for a new run, or --resume DIR");
+    LOL_CHECK(o->overwrite || !path_exists(o->out + "/checkpoints"), "--out: ", o->out,
+              " already holds a run (resume it with --resume, or pass --overwrite)");
+    auto config = o->model.resolve();
+    TrainConfig tc;
+    tc.seed = o->seed;
+    if (!o->data.empty()) tc.data = o->data;
+    if (o->steps > 0) tc.steps = o->steps;
+    for (const auto& a : o->train_overrides) apply_override(TrainConfig::fields(), a, tc);
+    tc.validate();
+    return std::make_pair(config, tc);
+  };
+  commands.emplace_back(cmd, [o, resolve_new_run] {
+    if (o->dry_run) {
+      LOL_CHECK(o->resume.empty(), "--dry-run checks a new run; it does not take --resume");
+      LOL_CHECK(!o->overwrite, "--dry-run never replaces a run; it does not take --overwrite");
+      const auto [config, tc] = resolve_new_run();
+      if (o->nproc > 1) check_worker_count(o->nproc, "", o->train_overrides);
+      const auto source = open_source(tc.data, tc.seed, 0);
+      LOL_CHECK(source->vocab_size() <= config.vocab_size, "data '", tc.data, "' uses ",
+                source->vocab_size(), " token ids but the model's vocab_size is ",
+                config.vocab_size);
+      make_directories(o->out);
+      write_file_atomic(o->out + "/config.json", config.to_json().dump(2) + "\n");
+      write_file_atomic(o->out + "/train_config.json", tc.to_json().dump(2) + "\n");
+      std::cout << "dry run: " << enum_name(config.family) << " on " << tc.data << " for "
+                << tc.steps << " steps of " << tc.batch_rows << " x " << tc.seq_len << " tokens x "
+                << tc.grad_accum << "; settings in " << o->out
+                << "/config.json and train_config.json\n";
+      return;
+    }
     const auto dist_config = distributed_from_env();
     if (o->nproc > 1 && !dist_config.active()) {
       check_worker_count(o->nproc, o->resume, o->train_overrides);
@@ -273,16 +309,7 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       if (main_rank)
         std::cerr << "resuming " << o->resume << " at step " << trainer->step() << "\n";
     } else {
-      LOL_CHECK(!o->out.empty(), "give --out DIR for a new run, or --resume DIR");
-      LOL_CHECK(o->overwrite || !path_exists(o->out + "/checkpoints"), "--out: ", o->out,
-                " already holds a run (resume it with --resume, or pass --overwrite)");
-      auto config = o->model.resolve();
-      TrainConfig tc;
-      tc.seed = o->seed;
-      if (!o->data.empty()) tc.data = o->data;
-      if (o->steps > 0) tc.steps = o->steps;
-      for (const auto& a : o->train_overrides) apply_override(TrainConfig::fields(), a, tc);
-      tc.validate();
+      const auto [config, tc] = resolve_new_run();
       // Only now, with every setting checked, may an old run be replaced.
       if (o->overwrite && main_rank) remove_tree(o->out);
       LanguageModel model(config);
