@@ -909,6 +909,66 @@ TEST(StrategyControl, EqualsRouteExtractAndEvalThroughTheirFiles) {
   EXPECT_NE(page.find("(b) forced mode path at step 40"), std::string::npos);
 }
 
+// How `lol path curve --show` prints a path and a generation: the reference is the requested
+// strategy's own continuation, so a generation that reproduces it reads as followed and right,
+// and one that follows another strategy names that one.
+TEST(StrategyControl, ExamplesShowTheTraceBesideTheRequestedReference) {
+  ForcedPath p;
+  p.depths[1][0].expert = 2;
+  p.depths[1][2].expert = 3;  // ordinal 1 left to the router
+  p.depths[2][0].expert = 1;
+  EXPECT_EQ(path_line(p), "1: 2 - 3 | 2: 1");
+
+  const auto kind = tasks::Kind::kMaze;
+  const auto& vocab = tasks::vocabulary(kind);
+  tasks::TaskSource problems(kind, 5, 11, 1);
+  const auto bfs = problems.sequence(0), dfs = problems.sequence(1);  // strategies 1 and 2
+  ASSERT_NE(bfs.trace, dfs.trace);
+  std::vector<LabelledPath> paths(2);
+  paths[0].label = "bfs";
+  paths[0].strategy = 1;
+  paths[0].path = p;
+  paths[1].label = "dfs";
+  paths[1].strategy = 2;
+  // Each label's generation is the other label's reference continuation, prompted with the
+  // filler; the first one is also shown with the descriptor, reproducing its own reference.
+  auto sample = [&](const LabelledPath& label, const tasks::Sequence& written, bool descriptor) {
+    EvalSample s;
+    s.label = label.label;
+    s.condition = descriptor ? "descriptor" : "full";
+    const auto prompt = task_eval_prompt(kind, bfs.question,
+                                         descriptor ? bfs.descriptor : tasks::filler(kind, true));
+    s.prompt = prompt.tokens;
+    const auto whole = vocab.encode(written.tokens(), "test");
+    s.generated.assign(whole.begin() + static_cast<std::ptrdiff_t>(2 + bfs.question.size() +
+                                                                   bfs.descriptor.size()),
+                       whole.end());
+    auto words = vocab.decode(s.prompt);
+    const auto g = vocab.decode(s.generated);
+    words.insert(words.end(), g.begin(), g.end());
+    s.score = tasks::score_sequence(kind, words, label.strategy, "test");
+    return s;
+  };
+  const auto text = strategy_examples(
+      {sample(paths[0], bfs, true), sample(paths[0], dfs, false), sample(paths[1], bfs, false)},
+      paths, kind);
+  std::istringstream in(text);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 9u) << text;
+  EXPECT_EQ(lines[0], "bfs, true descriptor: followed bfs, answer right");
+  EXPECT_EQ(lines[1].substr(13), lines[2].substr(13));  // model == reference
+  EXPECT_EQ(lines[2], "  reference  R : " + tasks::join_words(bfs.trace) +
+                          " A : " + tasks::join_words(bfs.answer) + " <eos>");
+  EXPECT_EQ(lines[3],
+            "bfs, filler, mode path forced (1: 2 - 3 | 2: 1): followed dfs, answer right");
+  EXPECT_EQ(lines[5], lines[2]);  // the requested strategy's reference, whatever was forced
+  EXPECT_EQ(lines[6].rfind("dfs, filler, mode path forced (): followed bfs", 0), 0u) << lines[6];
+  EXPECT_EQ(lines[8], "  reference  R : " + tasks::join_words(dfs.trace) +
+                          " A : " + tasks::join_words(dfs.answer) + " <eos>");
+  EXPECT_THROW(strategy_examples({sample(paths[0], bfs, true)}, {paths[1]}, kind), Error);
+}
+
 TEST(Svg, HeatmapsAndBarsAreDeterministicEscapedAndChecked) {
   EXPECT_EQ(svg::colour(0), "#f7fbff");
   EXPECT_EQ(svg::colour(0.5), "#6baed6");

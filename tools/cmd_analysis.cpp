@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "analysis/compare.h"
 #include "analysis/depth_eval.h"
@@ -313,7 +314,7 @@ void add_path_depth_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
 void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Runner>>& commands) {
   struct Opts {
     std::string run, task, json_out, html_out, title = "Strategy control during training";
-    int64_t every = 1;
+    int64_t every = 1, show = 0;
     StrategyControlOptions control;
   };
   auto o = std::make_shared<Opts>();
@@ -343,6 +344,11 @@ void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
   cmd->add_option("--batch-size", o->control.max_batch, "sequences per batch")
       ->capture_default_str()
       ->check(at_least(1));
+  cmd->add_option("--show", o->show,
+                  "print the last checkpoint's generations on the first N problems, per strategy "
+                  "and condition, beside the reference")
+      ->capture_default_str()
+      ->check(at_least(0));
   cmd->add_option("--json", o->json_out, "write the curve as JSON to this file");
   cmd->add_option("--out", o->html_out, "write the curve as one HTML page");
   cmd->add_option("--title", o->title, "the page's title")->capture_default_str();
@@ -351,24 +357,27 @@ void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
               "--route-seed and --seed must differ: paths are evaluated on problems they were "
               "not extracted from");
     o->control.kind = tasks::parse_kind(o->task);
-    // (model directory, step, tokens) per point; a bare model directory is one point.
+    // (model directory, step, tokens) per point; a bare model directory is one point, at the
+    // step of its train_state.json when it has one (a checkpoint copied out of its run).
     struct Point {
       std::string dir;
       int64_t step = 0, tokens = 0;
     };
-    std::vector<Point> points;
-    const auto names = checkpoint_names(o->run);
-    for (size_t i = 0; i < names.size(); ++i) {
-      if ((names.size() - 1 - i) % static_cast<size_t>(o->every) != 0) continue;
-      Point p;
-      p.dir = o->run + "/checkpoints/" + names[i];
-      const auto state = read_json_file(p.dir + "/train_state.json", TrainState::from_json);
+    auto point = [](const std::string& dir) {
+      Point p{dir};
+      if (!path_exists(dir + "/train_state.json")) return p;
+      const auto state = read_json_file(dir + "/train_state.json", TrainState::from_json);
       p.step = state.step;
       p.tokens =
           state.step * state.config.batch_rows * state.config.seq_len * state.config.grad_accum;
-      points.push_back(p);
-    }
-    if (points.empty()) points.push_back(Point{resolve_model_dir(o->run), 0, 0});
+      return p;
+    };
+    std::vector<Point> points;
+    const auto names = checkpoint_names(o->run);
+    for (size_t i = 0; i < names.size(); ++i)
+      if ((names.size() - 1 - i) % static_cast<size_t>(o->every) == 0)
+        points.push_back(point(o->run + "/checkpoints/" + names[i]));
+    if (points.empty()) points.push_back(point(resolve_model_dir(o->run)));
     const auto device = selected_device();
     const int64_t total = static_cast<int64_t>(points.size()) * 2 * 5 * o->control.count;
     Progress progress("path curve", total);
@@ -379,9 +388,13 @@ void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
       LOL_CHECK(!interrupt_requested(), "interrupted; nothing was written");
     };
     std::vector<StrategyControl> curve;
+    std::vector<EvalSample> shown;
     for (const auto& p : points) {
       auto model = load_model(p.dir, device);
-      auto c = measure_strategy_control(model, device, o->control);
+      const bool last = &p == &points.back();
+      auto c = measure_strategy_control(model, device, o->control, [&](const EvalSample& s) {
+        if (last && s.problem < o->show) shown.push_back(s);
+      });
       c.step = p.step;
       c.tokens = p.tokens;
       curve.push_back(std::move(c));
@@ -397,6 +410,15 @@ void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
               << last.descriptor.summary.to_text(o->control.kind)
               << "\nlast checkpoint, forced mode paths:\n"
               << last.full.summary.to_text(o->control.kind);
+    if (!shown.empty()) {
+      // Strategy by strategy: the descriptor's generation, then the forced path's.
+      std::stable_sort(shown.begin(), shown.end(), [](const EvalSample& a, const EvalSample& b) {
+        return std::tie(a.problem, a.label) < std::tie(b.problem, b.label);
+      });
+      std::cout << "\nlast checkpoint, generations on the first " << o->show
+                << " problem(s) (mode paths: the expert at window 0, 1, ... of each depth):\n"
+                << strategy_examples(shown, last.paths, o->control.kind);
+    }
     if (!o->json_out.empty()) {
       json out = json::array();
       for (const auto& c : curve) out.push_back(c.to_json(o->control.kind));

@@ -1,5 +1,6 @@
 #include "analysis/strategy_control.h"
 
+#include <algorithm>
 #include <iomanip>
 #include <set>
 #include <sstream>
@@ -52,6 +53,7 @@ StrategyControl measure_strategy_control(LanguageModel& model, torch::Device dev
                                          const std::function<void(const EvalSample&)>& sink) {
   StrategyControl out;
   const auto paths = task_mode_paths(model, o);
+  out.paths = paths;
   out.labels = static_cast<int64_t>(paths.size());
   std::vector<ForcedPath> forced;
   for (const auto& p : paths) forced.push_back(p.path);
@@ -79,7 +81,12 @@ json StrategyControl::to_json(tasks::Kind kind) const {
               {"labels", labels},
               {"distinct_paths", distinct_paths},
               {"descriptor", descriptor.to_json(kind)},
-              {"full", full.to_json(kind)}};
+              {"full", full.to_json(kind)},
+              {"paths", [&] {
+                 json p = json::object();
+                 for (const auto& l : paths) p[l.label] = l.path.to_json();
+                 return p;
+               }()}};
 }
 
 namespace {
@@ -138,6 +145,53 @@ svg::Heatmap confusion_map(const tasks::ScoreSummary& s, tasks::Kind kind,
 }
 
 }  // namespace
+
+std::string path_line(const ForcedPath& path) {
+  std::ostringstream out;
+  for (const auto& [depth, ordinals] : path.depths) {
+    if (depth != path.depths.begin()->first) out << " | ";
+    out << depth << ":";
+    const int64_t last = ordinals.empty() ? -1 : ordinals.rbegin()->first;
+    for (int64_t k = 0; k <= last; ++k) {
+      const auto* e = path.find(depth, k);
+      out << " " << (e && e->expert ? std::to_string(*e->expert) : std::string("-"));
+    }
+  }
+  return out.str();
+}
+
+std::string strategy_examples(const std::vector<EvalSample>& samples,
+                              const std::vector<LabelledPath>& paths, tasks::Kind kind) {
+  const auto& vocab = tasks::vocabulary(kind);
+  std::ostringstream out;
+  for (const auto& sample : samples) {
+    const LabelledPath* path = nullptr;
+    for (const auto& p : paths)
+      if (p.label == sample.label) path = &p;
+    LOL_CHECK(path, "strategy examples: no mode path for label '", sample.label, "'");
+    const auto words = vocab.decode(sample.prompt);
+    const auto generated = vocab.decode(sample.generated);
+    const auto where = "problem " + std::to_string(sample.problem);
+    const auto prompt = tasks::parse_sequence(kind, words, where);
+    const auto reference =
+        tasks::solve_question(kind, prompt.question, prompt.descriptor, path->strategy, where);
+    const auto& sc = sample.score;
+    out << sample.label << ", "
+        << (sample.condition == "descriptor"
+                ? std::string("true descriptor")
+                : "filler, mode path forced (" + path_line(path->path) + ")")
+        << ": followed " << tasks::strategy_name(kind, sc.followed)
+        << (sc.answer_correct ? ", answer right\n" : ", answer wrong\n");
+    out << "  model      " << tasks::join_words(generated) << "\n";
+    const auto whole = reference.tokens();  // the same prompt, then the reference continuation
+    out << "  reference  "
+        << tasks::join_words(tasks::Tokens(
+               whole.begin() + static_cast<std::ptrdiff_t>(std::min(words.size(), whole.size())),
+               whole.end()))
+        << "\n";
+  }
+  return out.str();
+}
 
 std::string strategy_curve_table(const std::vector<StrategyControl>& curve) {
   const auto header = curve_header();

@@ -28,6 +28,7 @@ struct StrategyControl {
   int64_t labels = 0;            // strategies with a mode path
   int64_t distinct_paths = 0;    // of those, how many force different experts somewhere
   ConditionResult descriptor, full;
+  std::vector<LabelledPath> paths;  // the mode paths, in label order
   json to_json(tasks::Kind kind) const;
 };
 
@@ -44,6 +45,16 @@ int64_t distinct_paths(const std::vector<ForcedPath>& paths, int64_t core_depth)
 StrategyControl measure_strategy_control(LanguageModel& model, torch::Device device,
                                          const StrategyControlOptions& options,
                                          const std::function<void(const EvalSample&)>& sink = {});
+
+// A mode path in one line: per depth, the expert forced at window ordinals 0, 1, ...
+// ("1: 2 0 3 | 2: 1 1 1"; "-" where the path leaves the router free).
+std::string path_line(const ForcedPath& path);
+
+// Generations shown as a person reads them: per sample, the requested strategy, the condition
+// (with the mode path for a forced one), what the trace followed, whether the answer is right,
+// the model's continuation and the requested strategy's reference.
+std::string strategy_examples(const std::vector<EvalSample>& samples,
+                              const std::vector<LabelledPath>& paths, tasks::Kind kind);
 
 // The curve as a markdown table: step, tokens, distinct paths, and per condition the share of
 // traces that followed the requested strategy, were legal, and gave the right answer.
