@@ -52,20 +52,24 @@ std::string fixed(double value, int digits) {
   return out.str();
 }
 
-Spread measure_matmul_peak(int64_t size, int reps, torch::Device device, torch::ScalarType dtype) {
+Peak measure_matmul_peak(int64_t size, int reps, torch::Device device, torch::ScalarType dtype) {
   auto options = torch::TensorOptions().device(device).dtype(dtype);
   auto a = torch::randn({size, size}, options), b = torch::randn({size, size}, options);
   torch::mm(a, b);
   synchronize(device);
   std::vector<double> rates;
-  for (int r = 0; r < reps; ++r) {
+  Peak peak;
+  peak.reps = std::max(reps, 20);
+  for (int r = 0; r < peak.reps; ++r) {
     auto t0 = Clock::now();
     auto c = torch::mm(a, b);
     synchronize(device);
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    rates.push_back(2.0 * size * size * size / s / 1e9);
+    rates.push_back(2.0 * static_cast<double>(size * size * size) / s / 1e9);
   }
-  return spread(rates);
+  peak.median = percentile(rates, 0.5);
+  peak.max = *std::max_element(rates.begin(), rates.end());
+  return peak;
 }
 
 ModelConfig family_config(ModelConfig base, const std::string& spec) {

@@ -23,9 +23,15 @@ std::vector<std::string> split(const std::string& text);  // "a,b" -> {"a", "b"}
 void synchronize(torch::Device device);                   // waits for queued GPU work
 double seconds_since(Clock::time_point start);
 std::string fixed(double value, int digits);
-// GEMM throughput (size^3, GFLOP/s) in `dtype` on `device` with the current thread settings.
-Spread measure_matmul_peak(int64_t size, int reps, torch::Device device,
-                           torch::ScalarType dtype = torch::kFloat32);
+// GEMM throughput (size^3, GFLOP/s) in `dtype` on `device` with the current thread settings,
+// over `reps` (at least 20) repetitions after one warmup: the median, what MFU is measured
+// against, and the best, what the machine can do when nothing else runs.
+struct Peak {
+  double median = 0, max = 0;
+  int reps = 0;
+};
+Peak measure_matmul_peak(int64_t size, int reps, torch::Device device,
+                         torch::ScalarType dtype = torch::kFloat32);
 // "dense-sliding" -> family dense, core_attention sliding; looped and moe take L blocks/experts.
 ModelConfig family_config(ModelConfig base, const std::string& spec);
 

@@ -150,7 +150,7 @@ void bench_model(const ModelBenchOptions& o) {
   // MFU is against the measured peak of the precision the matrix products run in; a GPU
   // needs larger products than a CPU core to reach its peak.
   const bool bf16 = uses_bf16_autocast(o.precision, o.device);
-  const auto peak = measure_matmul_peak(o.device.is_cuda() ? 8192 : 1024, 5, o.device,
+  const auto peak = measure_matmul_peak(o.device.is_cuda() ? 8192 : 1024, 20, o.device,
                                         bf16 ? torch::kBFloat16 : torch::kFloat32);
   std::vector<Row> rows;
   for (const auto& mode : o.modes)
@@ -177,7 +177,7 @@ void bench_model(const ModelBenchOptions& o) {
         const auto stats = model_stats(config, T);
         row.flops_per_token =
             mode == "forward" ? stats.forward_flops_per_token : stats.train_flops_per_token;
-        row.mfu = row.tokens_per_s.mean * row.flops_per_token / (peak.mean * 1e9);
+        row.mfu = row.tokens_per_s.mean * row.flops_per_token / (peak.median * 1e9);
         if (o.profile) {
           std::optional<OpProfiler> profiler;
           double total = 0;
@@ -204,10 +204,11 @@ void bench_model(const ModelBenchOptions& o) {
   const std::string first_family = o.families.front();
   if (o.output == "json") {
     json j = machine_fields(o.device);
-    j.update({{"precision", bf16 ? "bf16" : "fp32"},
-              {"matmul_peak_gflops", {{"mean", peak.mean}, {"stddev", peak.stddev}}},
-              {"config", o.base.to_json()},
-              {"rows", json::array()}});
+    j.update(
+        {{"precision", bf16 ? "bf16" : "fp32"},
+         {"matmul_peak_gflops", {{"median", peak.median}, {"max", peak.max}, {"reps", peak.reps}}},
+         {"config", o.base.to_json()},
+         {"rows", json::array()}});
     for (const auto& r : rows) {
       json profile = json::array();
       for (const auto& p : by_phase(r.profile))
@@ -246,8 +247,9 @@ void bench_model(const ModelBenchOptions& o) {
   const bool md = o.output == "md";
   if (md)
     std::cout << machine_lines(o.device) << " | " << (bf16 ? "bf16 autocast" : "fp32")
-              << " | matmul peak " << fixed(peak.mean, 1) << " ± " << fixed(peak.stddev, 1)
-              << " GFLOP/s | preset " << o.preset_name << "\n\n";
+              << " | matmul peak " << fixed(peak.median, 1) << " GFLOP/s median, "
+              << fixed(peak.max, 1) << " max of " << peak.reps
+              << " (MFU against the median) | preset " << o.preset_name << "\n\n";
   Table table(md);
   table.header({"family", "mode", "seq", "batch", "tokens/s", "±", "ms/step", "GFLOP/token",
                 "MFU %", "x " + first_family},
