@@ -271,9 +271,7 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       const auto [config, tc] = resolve_new_run();
       if (o->nproc > 1) check_worker_count(o->nproc, "", o->train_overrides);
       const auto source = open_source(tc.data, tc.seed, 0);
-      LOL_CHECK(source->vocab_size() <= config.vocab_size, "data '", tc.data, "' uses ",
-                source->vocab_size(), " token ids but the model's vocab_size is ",
-                config.vocab_size);
+      check_source_vocab(*source, tc.data, config.vocab_size);
       make_directories(o->out);
       write_file_atomic(o->out + "/config.json", config.to_json().dump(2) + "\n");
       write_file_atomic(o->out + "/train_config.json", tc.to_json().dump(2) + "\n");

@@ -28,4 +28,9 @@ std::unique_ptr<DocumentSource> open_source(const std::string& spec, uint64_t se
   return std::make_unique<ShardSource>(spec, seed);
 }
 
+void check_source_vocab(const DocumentSource& source, const std::string& spec, int64_t vocab_size) {
+  LOL_CHECK(source.vocab_size() <= vocab_size, "data '", spec, "' uses ", source.vocab_size(),
+            " token ids but the model's vocab_size is ", vocab_size);
+}
+
 }  // namespace lol

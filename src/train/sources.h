@@ -16,5 +16,7 @@ namespace lol {
 // DIR/SPLIT.shard of a corpus directory, checked to exist.
 std::string corpus_shard(const std::string& dir, const std::string& split);
 std::unique_ptr<DocumentSource> open_source(const std::string& spec, uint64_t seed, int split);
+// Fails, naming the data, when `source` uses token ids beyond a model's `vocab_size`.
+void check_source_vocab(const DocumentSource& source, const std::string& spec, int64_t vocab_size);
 
 }  // namespace lol

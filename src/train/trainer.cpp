@@ -81,9 +81,7 @@ Trainer::Trainer(LanguageModel model, TrainConfig config, std::string run_dir, t
     generator.set_current_seed(config_.seed);
   }
   source_ = open_source(config_.data, config_.seed, 0);
-  LOL_CHECK(source_->vocab_size() <= model_->config().vocab_size, "data '", config_.data, "' uses ",
-            source_->vocab_size(), " token ids but the model's vocab_size is ",
-            model_->config().vocab_size);
+  check_source_vocab(*source_, config_.data, model_->config().vocab_size);
   packer_ = std::make_unique<Packer>(*source_, config_.batch_rows, config_.seq_len);
   build_optimizers();
   if (writes()) {
