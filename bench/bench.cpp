@@ -39,8 +39,9 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     std::vector<std::string> overrides;
     int64_t batch = 8, puzzles = 200, requests = 64, prompt_len = 32, max_tokens = 32,
             parallel = 16;
-    std::string clients = "1,4,16", workers = "1,2,4", tokenizer, input;
-    int reps = 5, warmup = 1, steps = 16;
+    std::string clients = "1,4,16", workers = "1,2,4", tokenizer, input, peer,
+                peer_python = bench::PeerOptions{}.python;
+    int reps = 5, warmup = 1, steps = 16, rounds = 1;
     bool profile = false;
   };
   auto o = std::make_shared<Opts>();
@@ -109,9 +110,22 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   cmd->add_flag("--profile", o->profile,
                 "model: then where each row's step goes, by phase and part, forward and backward "
                 "(--reps more repetitions under LibTorch's operator observers)");
+  cmd->add_option("--rounds", o->rounds,
+                  "model: measure every row this many times, one round after another (2 with "
+                  "--peer)")
+      ->check(at_least(1));
+  cmd->add_option("--peer", o->peer,
+                  "model: after each round, time the PyTorch peer (../shared/peer/lol_torch.py) "
+                  "on the same shape, threads and batch; rows gain 'x peer'");
+  cmd->add_option("--peer-python", o->peer_python, "model: the interpreter that runs --peer")
+      ->capture_default_str();
   commands.emplace_back(cmd, [o, cmd] {
     LOL_CHECK(!o->profile || o->suite == "model",
               "--profile: only the model suite has a profile, not --suite ", o->suite);
+    LOL_CHECK(o->peer.empty() || o->suite == "model",
+              "--peer: only the model suite runs the peer, not --suite ", o->suite);
+    LOL_CHECK(cmd->count("--rounds") == 0 || o->suite == "model",
+              "--rounds: only the model suite has rounds, not --suite ", o->suite);
     if (o->suite == "tasks") {
       bench::bench_tasks(o->puzzles, o->reps, o->output);
       return;
@@ -207,6 +221,12 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     m.warmup = o->warmup;
     m.output = o->output;
     m.profile = o->profile;
+    if (!o->peer.empty()) {
+      m.peer = bench::PeerOptions{o->peer, o->peer_python};
+      LOL_CHECK(!bench::peer_families(families).empty(),
+                "--peer: the peer implements lol and dense; --families has neither");
+    }
+    m.rounds = cmd->count("--rounds") ? o->rounds : (m.peer ? 2 : 1);
     m.precision = parse_enum<Precision>(o->precision, "--precision");
     m.device = selected_device();
     bench::bench_model(m);

@@ -14,12 +14,14 @@
 #include "train/trainer.h"
 #include "util/files.h"
 #include "util/op_profile.h"
+#include "util/runtime.h"
 
 namespace lol::bench {
 namespace {
 
 struct Row {
-  std::string family, mode;
+  std::string family, mode;  // mode "peer step": the PyTorch peer's whole step
+  int round = 1;
   int64_t seq_len = 0, batch = 0;
   Spread tokens_per_s, ms_per_step;
   double mfu = 0, flops_per_token = 0;
@@ -152,54 +154,94 @@ void bench_model(const ModelBenchOptions& o) {
   const bool bf16 = uses_bf16_autocast(o.precision, o.device);
   const auto peak = measure_matmul_peak(o.device.is_cuda() ? 8192 : 1024, 20, o.device,
                                         bf16 ? torch::kBFloat16 : torch::kFloat32);
+  const auto peer_fams = o.peer ? peer_families(o.families) : std::vector<std::string>{};
+  const int threads = runtime_info().torch_threads;
   std::vector<Row> rows;
-  for (const auto& mode : o.modes)
-    for (const int64_t T : o.seq_lens)
-      for (const auto& family : o.families) {
-        auto config = family_config(o.base, family);
-        LanguageModel model(config);
-        model->initialize(0);
-        model->to(o.device);
+  for (int round = 1; round <= o.rounds; ++round) {
+    for (const auto& mode : o.modes)
+      for (const int64_t T : o.seq_lens)
+        for (const auto& family : o.families) {
+          auto config = family_config(o.base, family);
+          LanguageModel model(config);
+          model->initialize(0);
+          model->to(o.device);
+          Row row;
+          row.family = family;
+          row.mode = mode;
+          row.round = round;
+          row.seq_len = T;
+          row.batch = o.batch;
+          std::vector<double> rates, ms;
+          // Step mode packs whole documents into the rows; like the other modes it counts the
+          // row capacity (padding at row ends is a few percent).
+          for (double s : time_mode(o, mode, model, T)) {
+            rates.push_back(static_cast<double>(o.batch * T) / s);
+            ms.push_back(s * 1e3);
+          }
+          row.tokens_per_s = spread(rates);
+          row.ms_per_step = spread(ms);
+          const auto stats = model_stats(config, T);
+          row.flops_per_token =
+              mode == "forward" ? stats.forward_flops_per_token : stats.train_flops_per_token;
+          row.mfu = row.tokens_per_s.mean * row.flops_per_token / (peak.median * 1e9);
+          if (o.profile) {
+            std::optional<OpProfiler> profiler;
+            double total = 0;
+            for (double s : time_mode(o, mode, model, T, &profiler)) total += s;
+            row.profiled_ms = total * 1e3 / o.reps;
+            auto per_step = [&](std::vector<ProfileRow> rs, size_t keep) {
+              if (rs.size() > keep) rs.resize(keep);
+              for (auto& r : rs)
+                for (double* v : {&r.forward_ms, &r.backward_ms, &r.gemm_ms, &r.host_ms})
+                  *v /= o.reps;
+              return rs;
+            };
+            row.profile = per_step(profiler->rows(), SIZE_MAX);
+            row.operators = per_step(profiler->operators(), kTopOperators);
+          }
+          rows.push_back(row);
+        }
+    // The peer's rows of this round: its own whole step on fixed rows of random tokens, with
+    // FLOPs and MFU counted as the engine counts them for the same shape.
+    for (const int64_t T : o.peer ? o.seq_lens : std::vector<int64_t>{}) {
+      const auto run = run_peer(*o.peer, o.base, peer_fams, o.batch, T, std::max(o.warmup, 1),
+                                o.reps, threads);
+      for (const auto& family : peer_fams) {
         Row row;
         row.family = family;
-        row.mode = mode;
+        row.mode = "peer step";
+        row.round = round;
         row.seq_len = T;
         row.batch = o.batch;
         std::vector<double> rates, ms;
-        // Step mode packs whole documents into the rows; like the other modes it counts the
-        // row capacity (padding at row ends is a few percent).
-        for (double s : time_mode(o, mode, model, T)) {
+        for (double s : run.seconds.at(family)) {
           rates.push_back(static_cast<double>(o.batch * T) / s);
           ms.push_back(s * 1e3);
         }
         row.tokens_per_s = spread(rates);
         row.ms_per_step = spread(ms);
-        const auto stats = model_stats(config, T);
-        row.flops_per_token =
-            mode == "forward" ? stats.forward_flops_per_token : stats.train_flops_per_token;
+        row.flops_per_token = model_stats(family_config(o.base, family), T).train_flops_per_token;
         row.mfu = row.tokens_per_s.mean * row.flops_per_token / (peak.median * 1e9);
-        if (o.profile) {
-          std::optional<OpProfiler> profiler;
-          double total = 0;
-          for (double s : time_mode(o, mode, model, T, &profiler)) total += s;
-          row.profiled_ms = total * 1e3 / o.reps;
-          auto per_step = [&](std::vector<ProfileRow> rs, size_t keep) {
-            if (rs.size() > keep) rs.resize(keep);
-            for (auto& r : rs)
-              for (double* v : {&r.forward_ms, &r.backward_ms, &r.gemm_ms, &r.host_ms})
-                *v /= o.reps;
-            return rs;
-          };
-          row.profile = per_step(profiler->rows(), SIZE_MAX);
-          row.operators = per_step(profiler->operators(), kTopOperators);
-        }
         rows.push_back(row);
       }
+    }
+  }
   // Each row's ratio to the first family of the same mode and length.
   auto baseline = [&](const Row& r) {
     for (const auto& b : rows)
-      if (b.mode == r.mode && b.seq_len == r.seq_len) return b.tokens_per_s.mean;
+      if (b.mode == r.mode && b.seq_len == r.seq_len && b.round == r.round)
+        return b.tokens_per_s.mean;
     return r.tokens_per_s.mean;
+  };
+  // An engine row's ratio to the peer's whole step of the same family, length and round; 0
+  // where the peer has no such row.
+  auto to_peer = [&](const Row& r) {
+    if (r.mode == "peer step") return 0.0;
+    for (const auto& p : rows)
+      if (p.mode == "peer step" && p.family == r.family && p.seq_len == r.seq_len &&
+          p.round == r.round)
+        return r.tokens_per_s.mean / p.tokens_per_s.mean;
+    return 0.0;
   };
   const std::string first_family = o.families.front();
   if (o.output == "json") {
@@ -221,6 +263,7 @@ void bench_model(const ModelBenchOptions& o) {
                            {"calls", p.calls}});
       j["rows"].push_back({{"family", r.family},
                            {"mode", r.mode},
+                           {"round", r.round},
                            {"seq_len", r.seq_len},
                            {"batch", r.batch},
                            {"tokens_per_s", r.tokens_per_s.mean},
@@ -229,6 +272,7 @@ void bench_model(const ModelBenchOptions& o) {
                            {"flops_per_token", r.flops_per_token},
                            {"mfu", r.mfu},
                            {"ratio_to_" + first_family, r.tokens_per_s.mean / baseline(r)}});
+      if (to_peer(r) > 0) j["rows"].back()["ratio_to_peer"] = to_peer(r);
       if (o.profile) {
         json operators = json::array();
         for (const auto& p : r.operators)
@@ -250,19 +294,32 @@ void bench_model(const ModelBenchOptions& o) {
               << " | matmul peak " << fixed(peak.median, 1) << " GFLOP/s median, "
               << fixed(peak.max, 1) << " max of " << peak.reps
               << " (MFU against the median) | preset " << o.preset_name << "\n\n";
+  if (md && o.peer)
+    std::cout << "peer: " << o.peer->script << " (" << o.peer->python
+              << ", --env tuned_malloc, the same threads): its whole step (forward, backward, "
+                 "AdamW, balance update) on fixed rows of random tokens; x peer = an engine row "
+                 "against the peer's step of the same family in the same round\n\n";
   Table table(md);
-  table.header({"family", "mode", "seq", "batch", "tokens/s", "±", "ms/step", "GFLOP/token",
-                "MFU %", "x " + first_family},
-               2);
-  for (const auto& r : rows)
-    table.row({r.family, r.mode, std::to_string(r.seq_len), std::to_string(r.batch),
-               fixed(r.tokens_per_s.mean, 1), fixed(r.tokens_per_s.stddev, 1),
-               fixed(r.ms_per_step.mean, 1), fixed(r.flops_per_token / 1e9, 4),
-               fixed(100 * r.mfu, 1), fixed(r.tokens_per_s.mean / baseline(r), 3)});
+  std::vector<std::string> header = {"family", "mode", "seq", "batch", "tokens/s", "±",
+                                     "ms/step", "GFLOP/token", "MFU %", "x " + first_family};
+  if (o.peer) header.push_back("x peer");
+  if (o.rounds > 1) header.insert(header.begin(), "round");
+  table.header(header, o.rounds > 1 ? 3 : 2);
+  for (const auto& r : rows) {
+    std::vector<std::string> cells = {
+        r.family, r.mode, std::to_string(r.seq_len), std::to_string(r.batch),
+        fixed(r.tokens_per_s.mean, 1), fixed(r.tokens_per_s.stddev, 1),
+        fixed(r.ms_per_step.mean, 1), fixed(r.flops_per_token / 1e9, 4), fixed(100 * r.mfu, 1),
+        fixed(r.tokens_per_s.mean / baseline(r), 3)};
+    if (o.peer) cells.push_back(to_peer(r) > 0 ? fixed(to_peer(r), 3) : "-");
+    if (o.rounds > 1) cells.insert(cells.begin(), std::to_string(r.round));
+    table.row(cells);
+  }
   if (o.profile) {
     if (o.device.is_cuda())
       std::cout << "\nprofiles are host times: on CUDA they time launches, not kernels\n";
-    for (const auto& r : rows) print_profile(r, md);
+    for (const auto& r : rows)
+      if (r.mode != "peer step") print_profile(r, md);
   }
 }
 

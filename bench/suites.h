@@ -3,10 +3,12 @@
 // with the commit, the BLAS and the thread counts. Never run by the tests.
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
+#include "peer.h"
 #include "train/precision.h"
 
 namespace lol::bench {
@@ -22,6 +24,8 @@ struct ModelBenchOptions {
   Precision precision = Precision::kAuto;  // as TrainConfig::precision: bf16 autocast or fp32
   torch::Device device = torch::kCPU;
   bool profile = false;  // then each row's step by phase and part (util/op_profile.h)
+  std::optional<PeerOptions> peer;  // then the PyTorch peer's lol and dense steps after each round
+  int rounds = 1;                   // every row measured this many times, rounds interleaved
 };
 // Training throughput per family: forward+backward, a whole optimizer step, or forward only;
 // tokens/s with spread, FLOPs per token and utilisation of the measured matmul peak.

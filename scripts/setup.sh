@@ -18,6 +18,9 @@ packages=(
   curl                    # the server tests drive it with curl
   chromium                # headless browser for the explorer page test (tests/node)
 )
+# `setup.sh --peer` adds Debian's PyTorch, which runs the speed reference beside the engine
+# (`lol bench --peer ../shared/peer/lol_torch.py`, docs/performance.md); nothing else needs it.
+[ "${1:-}" = "--peer" ] && packages+=(python3-torch)
 # Node.js and npm run the real-client server tests (openai, playwright-core); a machine that
 # already has Node (e.g. from NodeSource) keeps it.
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)

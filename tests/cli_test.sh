@@ -199,5 +199,47 @@ echo '{"lol_routes":1,"core_depth":4,"library_size":4,"sequences":1}' >"$dir/bad
 echo '{"sequence":0}' >>"$dir/bad_routes.jsonl"
 expect_error "path extract bad file" "bad_routes.jsonl line 2: " "$lol" path extract "$dir/bad_routes.jsonl" --out "$dir/p2"
 
+# lol bench --peer: a stand-in peer with the real one's command line records the shape it was
+# given and times lol at 1 s and dense at 2 s a step; the engine's rows are divided by those.
+cat >"$dir/peer.py" <<'PY'
+import argparse, json, sys
+ap = argparse.ArgumentParser()
+for flag in ("--env", "--threads", "--config", "--batch", "--seq", "--warmup", "--steps", "--families", "--json"):
+    ap.add_argument(flag)
+ap.add_argument("--bench", action="store_true")
+a = ap.parse_args()
+shape = json.load(open(a.config))
+with open(a.json + ".shape", "w") as f:
+    json.dump(shape, f)
+with open(sys.argv[0] + ".calls", "a") as f:
+    f.write(json.dumps(shape) + "\n")
+secs = {"lol": 1.0, "dense": 2.0}
+fams = {f: {"times": [secs[f]] * int(a.steps)} for f in a.families.split(",")}
+json.dump({"runs": [{"gemm_peak_median": 1.0, "threads": {"torch": int(a.threads)}, "families": fams}]}, open(a.json, "w"))
+PY
+expect_ok "bench with a peer" "$lol" --threads 1 bench --preset tiny --set d_model=48 --families dense,lol --mode train --seq-len 32 --batch 2 --reps 2 --warmup 0 --peer "$dir/peer.py" --peer-python python3 -o json
+python3 - "$dir/out" "$dir/peer.py.calls" <<'PY' && pass "bench peer rows and ratios" || failed "bench peer rows and ratios"
+import json, sys
+j = json.load(open(sys.argv[1]))
+calls = [json.loads(l) for l in open(sys.argv[2])]
+assert len(calls) == 2 and all(c["d_model"] == 48 and c["batch"] == 2 and c["seq"] == 32 for c in calls), calls
+peer = {(r["round"], r["family"]): r for r in j["rows"] if r["mode"] == "peer step"}
+assert sorted(peer) == [(1, "dense"), (1, "lol"), (2, "dense"), (2, "lol")], sorted(peer)
+assert abs(peer[(1, "lol")]["tokens_per_s"] - 64) < 1e-9 and abs(peer[(2, "dense")]["tokens_per_s"] - 32) < 1e-9
+engine = [r for r in j["rows"] if r["mode"] == "train"]
+assert len(engine) == 4
+for r in engine:
+    want = r["tokens_per_s"] / peer[(r["round"], r["family"])]["tokens_per_s"]
+    assert abs(r["ratio_to_peer"] - want) < 1e-9 * want, (r, want)
+PY
+printf 'import sys\nsys.exit(3)\n' >"$dir/bad_peer.py"
+printf '#!/bin/sh\n[ "$1" = -c ] && exit 0\nexec python3 "$@"\n' >"$dir/py"
+chmod +x "$dir/py"
+expect_error "bench peer that fails" "bad_peer.py failed (exit status 3)" "$lol" bench --preset tiny --families lol --mode train --seq-len 16 --batch 1 --reps 1 --peer "$dir/bad_peer.py" --peer-python "$dir/py"
+expect_error "bench peer without torch" "/bin/false cannot import torch" "$lol" bench --preset tiny --families lol --mode train --seq-len 16 --batch 1 --reps 1 --peer "$dir/peer.py" --peer-python /bin/false
+expect_error "bench peer missing" "--peer: no such file" "$lol" bench --preset tiny --families lol --mode train --peer "$dir/nothing.py"
+expect_error "bench peer families" "the peer implements lol and dense" "$lol" bench --preset tiny --families looped --peer "$dir/peer.py"
+expect_error "bench peer other suite" "only the model suite runs the peer" "$lol" bench --suite decode --peer "$dir/peer.py"
+
 if [ "$failures" -ne 0 ]; then echo "$failures CLI checks failed"; exit 1; fi
 echo "all CLI checks passed"

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "model/cpu_fast.h"
+#include "model/segment_attention.h"
 
 namespace lol {
 namespace {
@@ -73,6 +74,14 @@ AttentionPlan build_attention_plan(const std::vector<Segment>& segments,
   }
   TORCH_CHECK(output_row == num_tokens, "attention segments must cover every token once");
   plan.output_index = to_device(output_index, device);
+  std::vector<int64_t> table;
+  for (const auto& s : segments)
+    if (s.length > 0) table.insert(table.end(), {s.start, s.length});
+  plan.segment_table = to_device(table, torch::kCPU).view({-1, 2});
+  plan.key_visible = torch::empty({num_tokens}, torch::kUInt8);
+  uint8_t* visible = plan.key_visible.data_ptr<uint8_t>();
+  for (int64_t t = 0; t < num_tokens; ++t) visible[t] = !router_only[t];
+  plan.band = band;
   return plan;
 }
 
@@ -101,6 +110,8 @@ torch::Tensor Rotary::apply(const torch::Tensor& x) const {
 torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                      const AttentionPlan& plan, const torch::Tensor& perm,
                      const torch::Tensor& inverse_perm) {
+  if (segment_attention_supported(q, k, v))
+    return segment_attention(q, k, v, plan, perm.defined() ? inverse_perm : torch::Tensor());
   const int64_t heads = q.size(1), kv_heads = k.size(1), head_dim = q.size(2);
   std::vector<torch::Tensor> outputs;
   outputs.reserve(plan.buckets.size());

@@ -25,6 +25,10 @@ struct AttentionBucket {
 struct AttentionPlan {
   std::vector<AttentionBucket> buckets;
   torch::Tensor output_index;  // (N) int64: row of each flat token in the buckets' outputs
+  // The same rules for the CPU kernel (model/segment_attention.h), always on the CPU:
+  torch::Tensor segment_table;  // (segments, 2) int64: flat start, length
+  torch::Tensor key_visible;    // (N) uint8: 1 where other tokens may see the token as a key
+  int64_t band = 0;
 };
 
 // band = 0: no band limit; band > 0: key j allowed only when i - j < band.
