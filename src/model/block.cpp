@@ -215,9 +215,24 @@ namespace {
 torch::Tensor cat_rows(std::vector<torch::Tensor>& parts) {
   return parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
 }
-// The slice's rows of t (t itself when the slice is all of it: a decode step counts its ops).
-torch::Tensor slice_rows(const torch::Tensor& t, const BlockSlice& s) {
-  return s.offset == 0 && s.count == t.size(0) ? t : t.narrow(0, s.offset, s.count);
+// Each slice's rows of t: t itself for one slice of all rows (a decode step counts its ops),
+// else one split, whose backward concatenates the slices' gradients once, where a narrow per
+// slice would make each backward fill a zero tensor of all rows and autograd add them up.
+std::vector<torch::Tensor> slice_rows(const torch::Tensor& t,
+                                      const std::vector<BlockSlice>& slices) {
+  if (slices.size() == 1 && slices[0].offset == 0 && slices[0].count == t.size(0)) return {t};
+  std::vector<int64_t> counts;
+  int64_t next = 0;
+  bool tiled = true;
+  for (const auto& s : slices) {
+    tiled = tiled && s.offset == next;
+    next += s.count;
+    counts.push_back(s.count);
+  }
+  if (tiled && next == t.size(0)) return t.split_with_sizes(counts, 0);
+  std::vector<torch::Tensor> out;
+  for (const auto& s : slices) out.push_back(t.narrow(0, s.offset, s.count));
+  return out;
 }
 }  // namespace
 
@@ -227,12 +242,12 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
   // The sublayer inputs: all rows normalised once, then each slice's norm weight and FiLM.
   auto sublayer_inputs = [&](const torch::Tensor& h, bool attention) {
     ProfileScope scope("norm");
-    auto normalized = rms_normalize(h, eps);
+    auto normalized = slice_rows(rms_normalize(h, eps), slices);
     std::vector<torch::Tensor> inputs;
-    for (auto& s : slices) {
-      const auto& b = s.block;
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const auto& b = slices[i].block;
       inputs.push_back(BlockImpl::sublayer_input(
-          slice_rows(normalized, s), attention ? b->attn_norm : b->ffn_norm,
+          normalized[i], attention ? b->attn_norm : b->ffn_norm,
           film ? (attention ? &film->attn_gamma : &film->ffn_gamma) : nullptr,
           film ? (attention ? &film->attn_beta : &film->ffn_beta) : nullptr));
     }
@@ -254,9 +269,10 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
   parts.clear();
   {
     ProfileScope scope("proj");
-    for (auto& s : slices) {
-      auto& attn = s.block->attn;
-      parts.push_back(s.block->out_proj.apply(slice_rows(attended, s), {attn->o->weight}));
+    auto rows = slice_rows(attended, slices);
+    for (size_t i = 0; i < slices.size(); ++i) {
+      auto& b = slices[i].block;
+      parts.push_back(b->out_proj.apply(rows[i], {b->attn->o->weight}));
     }
   }
   auto a = x + cat_rows(parts);
@@ -288,9 +304,10 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
   parts.clear();
   {
     ProfileScope scope("proj");
-    for (auto& s : slices) {
-      auto& f = s.block->ffn;
-      parts.push_back(f->down_proj.apply(slice_rows(hidden_act, s), {f->down->weight}));
+    auto rows = slice_rows(hidden_act, slices);
+    for (size_t i = 0; i < slices.size(); ++i) {
+      auto& f = slices[i].block->ffn;
+      parts.push_back(f->down_proj.apply(rows[i], {f->down->weight}));
     }
   }
   return a + cat_rows(parts);

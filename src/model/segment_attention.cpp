@@ -190,9 +190,31 @@ Problem make_problem(const torch::Tensor& q, const torch::Tensor& k,
   return p;
 }
 
+// Calls fn(head, first query, queries, first key, keys) for every query head of a task's key
+// head and every block of its segment's queries.
+template <typename Fn>
+void for_blocks(const Problem& p, const Task& t, int64_t n, int64_t block, Fn fn) {
+  const int64_t group = p.heads / p.kv_heads;
+  for (int64_t h = t.kv_head * group; h < (t.kv_head + 1) * group; ++h)
+    for (int64_t q0 = 0; q0 < n; q0 += block) {
+      const int64_t qn = std::min(block, n - q0);
+      const auto [k0, kn] = key_range(p, q0, qn);
+      fn(h, q0, qn, k0, kn);
+    }
+}
+
+// P (qn x kn) of a block of gathered queries Q against the task's gathered keys K: the scaled
+// scores, masked, softmaxed; S is scratch.
+void probabilities(const Problem& p, int64_t start, const float* Q, const float* K, int64_t q0,
+                   int64_t qn, int64_t k0, int64_t kn, float* S, float* P) {
+  const int64_t dh = p.head_dim;
+  gemm(false, true, qn, kn, dh, p.scale, Q, dh, K + k0 * dh, dh, 0, S, kn);
+  masked_softmax(p, start, q0, qn, k0, kn, S, P);
+}
+
 torch::Tensor forward_kernel(const Problem& p, int64_t num_segments, const torch::Tensor& q,
                              const torch::Tensor& k, const torch::Tensor& v) {
-  const int64_t H = p.heads, dh = p.head_dim, group = p.heads / p.kv_heads;
+  const int64_t H = p.heads, dh = p.head_dim;
   auto out = torch::empty({q.size(0), H * dh}, q.options());
   const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
   float* op = out.data_ptr<float>();
@@ -204,16 +226,12 @@ torch::Tensor forward_kernel(const Problem& p, int64_t num_segments, const torch
           *P = S + block * n;
     gather(kp, k.stride(0), t.kv_head * k.stride(1), p, start, 0, n, K);
     gather(vp, v.stride(0), t.kv_head * v.stride(1), p, start, 0, n, V);
-    for (int64_t h = t.kv_head * group; h < (t.kv_head + 1) * group; ++h)
-      for (int64_t q0 = 0; q0 < n; q0 += block) {
-        const int64_t qn = std::min(block, n - q0);
-        const auto [k0, kn] = key_range(p, q0, qn);
-        gather(qp, q.stride(0), h * q.stride(1), p, start, q0, qn, Q);
-        gemm(false, true, qn, kn, dh, p.scale, Q, dh, K + k0 * dh, dh, 0, S, kn);
-        masked_softmax(p, start, q0, qn, k0, kn, S, P);
-        gemm(false, false, qn, dh, kn, 1, P, kn, V + k0 * dh, dh, 0, O, dh);
-        scatter(O, p, start, q0, qn, op, H * dh, h * dh);
-      }
+    for_blocks(p, t, n, block, [&](int64_t h, int64_t q0, int64_t qn, int64_t k0, int64_t kn) {
+      gather(qp, q.stride(0), h * q.stride(1), p, start, q0, qn, Q);
+      probabilities(p, start, Q, K, q0, qn, k0, kn, S, P);
+      gemm(false, false, qn, dh, kn, 1, P, kn, V + k0 * dh, dh, 0, O, dh);
+      scatter(O, p, start, q0, qn, op, H * dh, h * dh);
+    });
   });
   return out;
 }
@@ -222,7 +240,7 @@ std::vector<torch::Tensor> backward_kernel(const Problem& p, int64_t num_segment
                                            const torch::Tensor& q, const torch::Tensor& k,
                                            const torch::Tensor& v, const torch::Tensor& out,
                                            const torch::Tensor& grad_out) {
-  const int64_t H = p.heads, Hkv = p.kv_heads, dh = p.head_dim, group = H / Hkv;
+  const int64_t H = p.heads, Hkv = p.kv_heads, dh = p.head_dim;
   auto dq = torch::empty({q.size(0), H, dh}, q.options());
   auto dk = torch::empty({k.size(0), Hkv, dh}, k.options());
   auto dv = torch::empty({v.size(0), Hkv, dh}, v.options());
@@ -239,30 +257,26 @@ std::vector<torch::Tensor> backward_kernel(const Problem& p, int64_t num_segment
     std::fill(dK, dK + 2 * n * dh, 0.0f);  // dK and dV
     gather(kp, k.stride(0), t.kv_head * k.stride(1), p, start, 0, n, K);
     gather(vp, v.stride(0), t.kv_head * v.stride(1), p, start, 0, n, V);
-    for (int64_t h = t.kv_head * group; h < (t.kv_head + 1) * group; ++h)
-      for (int64_t q0 = 0; q0 < n; q0 += block) {
-        const int64_t qn = std::min(block, n - q0);
-        const auto [k0, kn] = key_range(p, q0, qn);
-        gather(qp, q.stride(0), h * q.stride(1), p, start, q0, qn, Q);
-        gather(op, H * dh, h * dh, p, start, q0, qn, O);
-        gather(gp, H * dh, h * dh, p, start, q0, qn, dO);
-        for (int64_t r = 0; r < qn; ++r) D[r] = dot(dO + r * dh, O + r * dh, dh);
-        gemm(false, true, qn, kn, dh, p.scale, Q, dh, K + k0 * dh, dh, 0, S, kn);
-        masked_softmax(p, start, q0, qn, k0, kn, S, P);
-        // dV += P^T dO; dP = dO V^T, then dS = P (dP - D) / sqrt(dh) in its place.
-        gemm(true, false, kn, dh, qn, 1, P, kn, dO, dh, 1, dV + k0 * dh, dh);
-        gemm(false, true, qn, kn, dh, 1, dO, dh, V + k0 * dh, dh, 0, S, kn);
-        for (int64_t r = 0; r < qn; ++r) {
-          float* ds = S + r * kn;
-          const float* pr = P + r * kn;
-          const float d = D[r];
-          for (int64_t j = 0; j < kn; ++j) ds[j] = pr[j] * (ds[j] - d) * p.scale;
-        }
-        // dQ = dS K; dK += dS^T Q.
-        gemm(false, false, qn, dh, kn, 1, S, kn, K + k0 * dh, dh, 0, dQ, dh);
-        scatter(dQ, p, start, q0, qn, dqp, H * dh, h * dh);
-        gemm(true, false, kn, dh, qn, 1, S, kn, Q, dh, 1, dK + k0 * dh, dh);
+    for_blocks(p, t, n, block, [&](int64_t h, int64_t q0, int64_t qn, int64_t k0, int64_t kn) {
+      gather(qp, q.stride(0), h * q.stride(1), p, start, q0, qn, Q);
+      gather(op, H * dh, h * dh, p, start, q0, qn, O);
+      gather(gp, H * dh, h * dh, p, start, q0, qn, dO);
+      for (int64_t r = 0; r < qn; ++r) D[r] = dot(dO + r * dh, O + r * dh, dh);
+      probabilities(p, start, Q, K, q0, qn, k0, kn, S, P);
+      // dV += P^T dO; dP = dO V^T, then dS = P (dP - D) / sqrt(dh) in its place.
+      gemm(true, false, kn, dh, qn, 1, P, kn, dO, dh, 1, dV + k0 * dh, dh);
+      gemm(false, true, qn, kn, dh, 1, dO, dh, V + k0 * dh, dh, 0, S, kn);
+      for (int64_t r = 0; r < qn; ++r) {
+        float* ds = S + r * kn;
+        const float* pr = P + r * kn;
+        const float d = D[r];
+        for (int64_t j = 0; j < kn; ++j) ds[j] = pr[j] * (ds[j] - d) * p.scale;
       }
+      // dQ = dS K; dK += dS^T Q.
+      gemm(false, false, qn, dh, kn, 1, S, kn, K + k0 * dh, dh, 0, dQ, dh);
+      scatter(dQ, p, start, q0, qn, dqp, H * dh, h * dh);
+      gemm(true, false, kn, dh, qn, 1, S, kn, Q, dh, 1, dK + k0 * dh, dh);
+    });
     scatter(dK, p, start, 0, n, dkp, Hkv * dh, t.kv_head * dh);
     scatter(dV, p, start, 0, n, dvp, Hkv * dh, t.kv_head * dh);
   });
