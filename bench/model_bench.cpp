@@ -204,8 +204,8 @@ void bench_model(const ModelBenchOptions& o) {
     // The peer's rows of this round: its own whole step on fixed rows of random tokens, with
     // FLOPs and MFU counted as the engine counts them for the same shape.
     for (const int64_t T : o.peer ? o.seq_lens : std::vector<int64_t>{}) {
-      const auto run = run_peer(*o.peer, o.base, peer_fams, o.batch, T, std::max(o.warmup, 1),
-                                o.reps, threads);
+      const auto run =
+          run_peer(*o.peer, o.base, peer_fams, o.batch, T, std::max(o.warmup, 1), o.reps, threads);
       for (const auto& family : peer_fams) {
         Row row;
         row.family = family;
@@ -300,17 +300,23 @@ void bench_model(const ModelBenchOptions& o) {
                  "AdamW, balance update) on fixed rows of random tokens; x peer = an engine row "
                  "against the peer's step of the same family in the same round\n\n";
   Table table(md);
-  std::vector<std::string> header = {"family", "mode", "seq", "batch", "tokens/s", "±",
-                                     "ms/step", "GFLOP/token", "MFU %", "x " + first_family};
+  std::vector<std::string> header = {
+      "family", "mode",    "seq",         "batch", "tokens/s",
+      "±",      "ms/step", "GFLOP/token", "MFU %", "x " + first_family};
   if (o.peer) header.push_back("x peer");
   if (o.rounds > 1) header.insert(header.begin(), "round");
   table.header(header, o.rounds > 1 ? 3 : 2);
   for (const auto& r : rows) {
-    std::vector<std::string> cells = {
-        r.family, r.mode, std::to_string(r.seq_len), std::to_string(r.batch),
-        fixed(r.tokens_per_s.mean, 1), fixed(r.tokens_per_s.stddev, 1),
-        fixed(r.ms_per_step.mean, 1), fixed(r.flops_per_token / 1e9, 4), fixed(100 * r.mfu, 1),
-        fixed(r.tokens_per_s.mean / baseline(r), 3)};
+    std::vector<std::string> cells = {r.family,
+                                      r.mode,
+                                      std::to_string(r.seq_len),
+                                      std::to_string(r.batch),
+                                      fixed(r.tokens_per_s.mean, 1),
+                                      fixed(r.tokens_per_s.stddev, 1),
+                                      fixed(r.ms_per_step.mean, 1),
+                                      fixed(r.flops_per_token / 1e9, 4),
+                                      fixed(100 * r.mfu, 1),
+                                      fixed(r.tokens_per_s.mean / baseline(r), 3)};
     if (o.peer) cells.push_back(to_peer(r) > 0 ? fixed(to_peer(r), 3) : "-");
     if (o.rounds > 1) cells.insert(cells.begin(), std::to_string(r.round));
     table.row(cells);

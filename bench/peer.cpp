@@ -30,10 +30,10 @@ int run_command(const std::string& command) {
 json peer_shape(const ModelConfig& config, int64_t batch, int64_t seq) {
   const json c = config.to_json();
   json shape = json::object();
-  for (const char* key : {"vocab_size", "d_model", "n_heads", "n_kv_heads", "ffn_hidden",
-                          "n_prelude", "core_depth", "library_size", "n_coda", "window", "stride",
-                          "router_tied", "rope_theta", "norm_eps", "tie_embeddings",
-                          "router_noise_std", "balance_rate"})
+  for (const char* key :
+       {"vocab_size", "d_model", "n_heads", "n_kv_heads", "ffn_hidden", "n_prelude", "core_depth",
+        "library_size", "n_coda", "window", "stride", "router_tied", "rope_theta", "norm_eps",
+        "tie_embeddings", "router_noise_std", "balance_rate"})
     shape[key] = c.at(key);
   shape["batch"] = batch;
   shape["seq"] = seq;

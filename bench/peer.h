@@ -15,13 +15,13 @@
 namespace lol::bench {
 
 struct PeerOptions {
-  std::string script;                   // the peer's lol_torch.py
+  std::string script;                       // the peer's lol_torch.py
   std::string python = "/usr/bin/python3";  // Debian's, where python3-torch installs
 };
 
 struct PeerRun {
   std::map<std::string, std::vector<double>> seconds;  // per timed step of "lol", "dense"
-  double matmul_peak_gflops = 0;               // the peer's own 1024^3 median
+  double matmul_peak_gflops = 0;                       // the peer's own 1024^3 median
   int torch_threads = 0;
 };
 

@@ -23,7 +23,7 @@ struct ModelBenchOptions {
   std::string output = "md";
   Precision precision = Precision::kAuto;  // as TrainConfig::precision: bf16 autocast or fp32
   torch::Device device = torch::kCPU;
-  bool profile = false;  // then each row's step by phase and part (util/op_profile.h)
+  bool profile = false;             // then each row's step by phase and part (util/op_profile.h)
   std::optional<PeerOptions> peer;  // then the PyTorch peer's lol and dense steps after each round
   int rounds = 1;                   // every row measured this many times, rounds interleaved
 };

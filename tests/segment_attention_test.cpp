@@ -66,8 +66,10 @@ TEST(SegmentAttention, KernelMatchesTheLibTorchExpressionsForwardAndBackward) {
     const auto fast = run(cases[i], true, 2);
     const auto slow = run(cases[i], false, 2);
     const auto one_thread = run(cases[i], true, 1);
-    for (auto [name, a, b] : {std::tuple{"out", fast.out, slow.out}, {"dq", fast.dq, slow.dq},
-                              {"dk", fast.dk, slow.dk}, {"dv", fast.dv, slow.dv}}) {
+    for (auto [name, a, b] : {std::tuple{"out", fast.out, slow.out},
+                              {"dq", fast.dq, slow.dq},
+                              {"dk", fast.dk, slow.dk},
+                              {"dv", fast.dv, slow.dv}}) {
       EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-5))
           << "case " << i << " " << name << ": max difference "
           << (a - b).abs().max().item<float>();

@@ -20,9 +20,9 @@ namespace {
 // Queries per block: a block's scores (64 x segment length) stay in cache.
 constexpr int64_t kQueryBlock = 64;
 
-using SgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*,
-                         const float*, const float*, const int*, const float*, const int*,
-                         const float*, float*, const int*);
+using SgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*, const float*,
+                         const float*, const int*, const float*, const int*, const float*, float*,
+                         const int*);
 using SetThreadsFn = void (*)(int);
 using GetThreadsFn = int (*)();
 
@@ -41,9 +41,8 @@ std::atomic<bool>& enabled_flag() {
 
 // Row-major C (M x N, ldc) = alpha op(A) op(B) + beta C, through the column-major BLAS as
 // C^T = op(B)^T op(A)^T.
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-          int64_t ldc) {
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
   const int m = static_cast<int>(N), n = static_cast<int>(M), k = static_cast<int>(K);
   const int la = static_cast<int>(lda), lb = static_cast<int>(ldb), lc = static_cast<int>(ldc);
@@ -122,7 +121,7 @@ std::vector<std::vector<Task>> schedule(const Problem& p, int64_t num_segments, 
   return out;
 }
 
-// Runs fn(task, buffers) for every task, the lists on the threads.
+// Runs fn(task) for every task, each list of tasks on one thread.
 template <typename Fn>
 void for_tasks(const Problem& p, int64_t num_segments, Fn fn) {
   const auto lists = schedule(p, num_segments, at::get_num_threads());
@@ -137,8 +136,8 @@ void for_tasks(const Problem& p, int64_t num_segments, Fn fn) {
 // Scores of query rows [q0, q0 + qn) of a segment against its keys [k0, k0 + kn): masked to
 // -inf where SPEC 1.2 forbids (later keys, keys outside the band, router-only keys other than
 // the query itself), then softmax along each row into P.
-void masked_softmax(const Problem& p, int64_t start, int64_t q0, int64_t qn, int64_t k0,
-                    int64_t kn, float* scores, float* probs) {
+void masked_softmax(const Problem& p, int64_t start, int64_t q0, int64_t qn, int64_t k0, int64_t kn,
+                    float* scores, float* probs) {
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   for (int64_t r = 0; r < qn; ++r) {
     const int64_t i = q0 + r;
@@ -175,9 +174,8 @@ void scatter(const float* src, const Problem& p, int64_t start, int64_t first, i
                 dh * sizeof(float));
 }
 
-Problem make_problem(const torch::Tensor& q, const torch::Tensor& k,
-                     const torch::Tensor& segments, const torch::Tensor& visible,
-                     const torch::Tensor& rows, int64_t band) {
+Problem make_problem(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& segments,
+                     const torch::Tensor& visible, const torch::Tensor& rows, int64_t band) {
   Problem p;
   p.segments = segments.data_ptr<int64_t>();
   p.visible = visible.data_ptr<uint8_t>();
@@ -287,10 +285,10 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 struct SegmentAttentionFunction : torch::autograd::Function<SegmentAttentionFunction> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q,
-                               const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& segments, const torch::Tensor& visible,
-                               const torch::Tensor& rows, int64_t band) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& segments,
+                               const torch::Tensor& visible, const torch::Tensor& rows,
+                               int64_t band) {
     const auto p = make_problem(q, k, segments, visible, rows, band);
     auto out = forward_kernel(p, segments.size(0), q, k, v);
     ctx->save_for_backward({q, k, v, out, segments, visible, rows});
@@ -302,8 +300,8 @@ struct SegmentAttentionFunction : torch::autograd::Function<SegmentAttentionFunc
     ProfileScope scope("attend");  // a custom node has no forward operator to be matched with
     const auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3];
-    const auto p = make_problem(q, k, saved[4], saved[5], saved[6],
-                                ctx->saved_data["band"].toInt());
+    const auto p =
+        make_problem(q, k, saved[4], saved[5], saved[6], ctx->saved_data["band"].toInt());
     auto d = backward_kernel(p, saved[4].size(0), q, k, v, out, grads[0].contiguous());
     return {d[0], d[1], d[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -311,7 +309,9 @@ struct SegmentAttentionFunction : torch::autograd::Function<SegmentAttentionFunc
 
 }  // namespace
 
-void set_segment_attention_enabled(bool enabled) { enabled_flag() = enabled; }
+void set_segment_attention_enabled(bool enabled) {
+  enabled_flag() = enabled;
+}
 
 bool segment_attention_supported(const torch::Tensor& q, const torch::Tensor& k,
                                  const torch::Tensor& v) {
