@@ -91,6 +91,20 @@ std::vector<double> time_mode(const ModelBenchOptions& o, const std::string& mod
   return times;
 }
 
+// A row's tokens/s, ms per step and MFU from the seconds of its timed steps.
+void set_timing(Row& row, const std::vector<double>& seconds, double flops_per_token,
+                double peak_gflops) {
+  std::vector<double> rates, ms;
+  for (double s : seconds) {
+    rates.push_back(static_cast<double>(row.batch * row.seq_len) / s);
+    ms.push_back(s * 1e3);
+  }
+  row.tokens_per_s = spread(rates);
+  row.ms_per_step = spread(ms);
+  row.flops_per_token = flops_per_token;
+  row.mfu = row.tokens_per_s.mean * flops_per_token / (peak_gflops * 1e9);
+}
+
 constexpr size_t kTopOperators = 15;
 
 // The rows of a profile grouped by phase, phases in the order they first ran.
@@ -171,19 +185,13 @@ void bench_model(const ModelBenchOptions& o) {
           row.round = round;
           row.seq_len = T;
           row.batch = o.batch;
-          std::vector<double> rates, ms;
           // Step mode packs whole documents into the rows; like the other modes it counts the
           // row capacity (padding at row ends is a few percent).
-          for (double s : time_mode(o, mode, model, T)) {
-            rates.push_back(static_cast<double>(o.batch * T) / s);
-            ms.push_back(s * 1e3);
-          }
-          row.tokens_per_s = spread(rates);
-          row.ms_per_step = spread(ms);
           const auto stats = model_stats(config, T);
-          row.flops_per_token =
-              mode == "forward" ? stats.forward_flops_per_token : stats.train_flops_per_token;
-          row.mfu = row.tokens_per_s.mean * row.flops_per_token / (peak.median * 1e9);
+          set_timing(
+              row, time_mode(o, mode, model, T),
+              mode == "forward" ? stats.forward_flops_per_token : stats.train_flops_per_token,
+              peak.median);
           if (o.profile) {
             std::optional<OpProfiler> profiler;
             double total = 0;
@@ -213,15 +221,9 @@ void bench_model(const ModelBenchOptions& o) {
         row.round = round;
         row.seq_len = T;
         row.batch = o.batch;
-        std::vector<double> rates, ms;
-        for (double s : run.seconds.at(family)) {
-          rates.push_back(static_cast<double>(o.batch * T) / s);
-          ms.push_back(s * 1e3);
-        }
-        row.tokens_per_s = spread(rates);
-        row.ms_per_step = spread(ms);
-        row.flops_per_token = model_stats(family_config(o.base, family), T).train_flops_per_token;
-        row.mfu = row.tokens_per_s.mean * row.flops_per_token / (peak.median * 1e9);
+        set_timing(row, run.seconds.at(family),
+                   model_stats(family_config(o.base, family), T).train_flops_per_token,
+                   peak.median);
         rows.push_back(row);
       }
     }

@@ -87,8 +87,6 @@ PeerRun run_peer(const PeerOptions& o, const ModelConfig& config,
   PeerRun run;
   try {
     const json& r = result.at("runs").at(0);
-    run.matmul_peak_gflops = r.at("gemm_peak_median").get<double>();
-    run.torch_threads = r.at("threads").at("torch").get<int>();
     for (const auto& f : families) {
       auto seconds = r.at("families").at(f).at("times").get<std::vector<double>>();
       LOL_CHECK(!seconds.empty() && *std::min_element(seconds.begin(), seconds.end()) > 0,

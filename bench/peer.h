@@ -21,8 +21,6 @@ struct PeerOptions {
 
 struct PeerRun {
   std::map<std::string, std::vector<double>> seconds;  // per timed step of "lol", "dense"
-  double matmul_peak_gflops = 0;                       // the peer's own 1024^3 median
-  int torch_threads = 0;
 };
 
 // The families the peer implements among `families` (lol and dense), in their order.

@@ -215,24 +215,21 @@ namespace {
 torch::Tensor cat_rows(std::vector<torch::Tensor>& parts) {
   return parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
 }
-// Each slice's rows of t: t itself for one slice of all rows (a decode step counts its ops),
-// else one split, whose backward concatenates the slices' gradients once, where a narrow per
-// slice would make each backward fill a zero tensor of all rows and autograd add them up.
+// Each slice's rows of t (slices tile the rows in order, as group_rows makes them): t itself
+// for one slice (a decode step counts its ops), else one split, whose backward concatenates the
+// slices' gradients once, where a narrow per slice would make each backward fill a zero tensor
+// of all rows and autograd add them up.
 std::vector<torch::Tensor> slice_rows(const torch::Tensor& t,
                                       const std::vector<BlockSlice>& slices) {
-  if (slices.size() == 1 && slices[0].offset == 0 && slices[0].count == t.size(0)) return {t};
   std::vector<int64_t> counts;
   int64_t next = 0;
-  bool tiled = true;
   for (const auto& s : slices) {
-    tiled = tiled && s.offset == next;
+    TORCH_CHECK(s.offset == next, "block slices must tile the rows in order");
     next += s.count;
     counts.push_back(s.count);
   }
-  if (tiled && next == t.size(0)) return t.split_with_sizes(counts, 0);
-  std::vector<torch::Tensor> out;
-  for (const auto& s : slices) out.push_back(t.narrow(0, s.offset, s.count));
-  return out;
+  TORCH_CHECK(next == t.size(0), "block slices must cover every row");
+  return slices.size() == 1 ? std::vector<torch::Tensor>{t} : t.split_with_sizes(counts, 0);
 }
 }  // namespace
 
