@@ -109,7 +109,8 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       ->check(CLI::IsMember({"md", "csv", "json"}));
   cmd->add_flag("--profile", o->profile,
                 "model: then where each row's step goes, by phase and part, forward and backward "
-                "(--reps more repetitions under LibTorch's operator observers)");
+                "(--reps more repetitions under LibTorch's operator observers); decode: the same "
+                "for each batch row's step (--steps more steps)");
   cmd->add_option("--rounds", o->rounds,
                   "model: measure every row this many times, one round after another (2 with "
                   "--peer)")
@@ -120,8 +121,8 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   cmd->add_option("--peer-python", o->peer_python, "model: the interpreter that runs --peer")
       ->capture_default_str();
   commands.emplace_back(cmd, [o, cmd] {
-    LOL_CHECK(!o->profile || o->suite == "model",
-              "--profile: only the model suite has a profile, not --suite ", o->suite);
+    LOL_CHECK(!o->profile || o->suite == "model" || o->suite == "decode",
+              "--profile: only the model and decode suites have a profile, not --suite ", o->suite);
     LOL_CHECK(o->peer.empty() || o->suite == "model",
               "--peer: only the model suite runs the peer, not --suite ", o->suite);
     LOL_CHECK(cmd->count("--rounds") == 0 || o->suite == "model",
@@ -203,6 +204,7 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       d.reps = std::max(1, std::min(o->reps, 3));
       d.output = o->output;
       d.device = selected_device();
+      d.profile = o->profile;
       bench::bench_decode(d);
       return;
     }

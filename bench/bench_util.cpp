@@ -72,6 +72,26 @@ Peak measure_matmul_peak(int64_t size, int reps, torch::Device device, torch::Sc
   return peak;
 }
 
+Peak measure_read_bandwidth(int64_t megabytes, int reps, torch::Device device) {
+  const int64_t n = megabytes * (1 << 20) / 4;
+  auto a = torch::ones({n}, torch::TensorOptions().device(device).dtype(torch::kFloat32));
+  a.sum();
+  synchronize(device);
+  std::vector<double> rates;
+  Peak peak;
+  peak.reps = std::max(reps, 20);
+  for (int r = 0; r < peak.reps; ++r) {
+    auto t0 = Clock::now();
+    auto total = a.sum();
+    synchronize(device);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    rates.push_back(static_cast<double>(n) * 4 / s / 1e9);
+  }
+  peak.median = percentile(rates, 0.5);
+  peak.max = *std::max_element(rates.begin(), rates.end());
+  return peak;
+}
+
 ModelConfig family_config(ModelConfig base, const std::string& spec) {
   auto dash = spec.find('-');
   base.family = parse_enum<Family>(spec.substr(0, dash), "--families: family");

@@ -32,6 +32,10 @@ struct Peak {
 };
 Peak measure_matmul_peak(int64_t size, int reps, torch::Device device,
                          torch::ScalarType dtype = torch::kFloat32);
+// Memory read bandwidth (GB/s): a sum over `megabytes` of fp32 (more than the last-level
+// cache holds), median and best of `reps` (at least 20) after one warmup. What a step that
+// streams weights and caches from memory can read at most.
+Peak measure_read_bandwidth(int64_t megabytes, int reps, torch::Device device);
 // "dense-sliding" -> family dense, core_attention sliding; looped and moe take L blocks/experts.
 ModelConfig family_config(ModelConfig base, const std::string& spec);
 

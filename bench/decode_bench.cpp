@@ -1,8 +1,10 @@
 #include <iostream>
+#include <optional>
 
 #include "bench_util.h"
 #include "infer/decoder.h"
 #include "model/small_gemm.h"
+#include "step_profile.h"
 #include "suites.h"
 
 namespace lol::bench {
@@ -23,12 +25,18 @@ void bench_decode(const DecodeBenchOptions& o) {
     double tokens_per_s = 0, p50_ms = 0, p95_ms = 0, core_p50_ms = 0, other_p50_ms = 0,
            recompute_ms = 0;
     double block_calls = 0, weight_mb_per_token = 0;
+    double mb_per_step = 0, gflop_per_step = 0, floor_ms = 0;  // weights and caches read
+    StepProfile profile = {};                                  // batch rows with --profile
   };
   std::vector<Row> rows;
+  // What bounds a decode step: streaming weights and caches, or the arithmetic.
+  const auto bandwidth = measure_read_bandwidth(256, 20, device);
+  const auto peak = measure_matmul_peak(device.is_cuda() ? 8192 : 1024, 20, device);
   const int64_t longest = *std::max_element(contexts.begin(), contexts.end());
   for (const auto& family : o.families) {
     auto config = family_config(base, family);
-    config.max_seq_len = std::max(config.max_seq_len, longest + steps + 8);
+    // Timed steps, their warm-up and (--profile) as many profiled steps past the context.
+    config.max_seq_len = std::max(config.max_seq_len, longest + 2 * steps + 8);
     LanguageModel model(config);
     model->initialize(0);
     model->to(device);
@@ -41,7 +49,8 @@ void bench_decode(const DecodeBenchOptions& o) {
       return p;
     };
     auto time_steps = [&](Decoder& decoder, std::vector<double>& ms, std::vector<double>& core,
-                          std::vector<double>& other, double& calls, double& bytes) {
+                          std::vector<double>& other, double& calls, double& bytes,
+                          double& read_bytes, double& flops) {
       std::vector<int64_t> next(decoder.batch(), 1);
       for (int s = 0; s < steps + 2; ++s) {
         auto t0 = Clock::now();
@@ -53,8 +62,19 @@ void bench_decode(const DecodeBenchOptions& o) {
         core.push_back(decoder.last_step().core_seconds * 1e3);
         other.push_back(decoder.last_step().other_seconds * 1e3);
         calls += static_cast<double>(decoder.last_step().block_calls) / steps;
-        bytes += static_cast<double>(decoder.last_step().weight_bytes) / steps;
+        const auto& stats = decoder.last_step();
+        bytes += static_cast<double>(stats.weight_bytes) / steps;
+        read_bytes += static_cast<double>(stats.weight_bytes + stats.cache_bytes) / steps;
+        flops += stats.flops / steps;
       }
+    };
+    // The step's floor: the bytes it reads at the measured bandwidth or its FLOPs at the
+    // measured matmul peak, whichever takes longer (both medians).
+    auto set_floor = [&](Row& row, double read_bytes, double flops) {
+      row.mb_per_step = read_bytes / 1e6;
+      row.gflop_per_step = flops / 1e9;
+      row.floor_ms =
+          std::max(read_bytes / (bandwidth.median * 1e9), flops / (peak.median * 1e9)) * 1e3;
     };
     for (int64_t C : contexts) {
       {  // untimed: first calls pay for kernel selection and (on a GPU) library handles
@@ -69,8 +89,8 @@ void bench_decode(const DecodeBenchOptions& o) {
       const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
       rows.push_back({family, "prefill", C, 1, static_cast<double>(C) / prefill_s});
       std::vector<double> ms, core, other;
-      double calls = 0, bytes = 0;
-      time_steps(decoder, ms, core, other, calls, bytes);
+      double calls = 0, bytes = 0, read_bytes = 0, flops = 0;
+      time_steps(decoder, ms, core, other, calls, bytes, read_bytes, flops);
       std::vector<double> recompute;
       for (int r = 0; r < reps; ++r) {
         Layout layout(Batch::single(random_prompt(C + 1, 2).tokens), config.vocab_size, device);
@@ -88,6 +108,7 @@ void bench_decode(const DecodeBenchOptions& o) {
       row.recompute_ms = percentile(recompute, 0.5);
       row.block_calls = calls;
       row.weight_mb_per_token = bytes / 1e6;
+      set_floor(row, read_bytes, flops);
       rows.push_back(row);
     }
     const int64_t C = std::min<int64_t>(512, longest);
@@ -97,8 +118,8 @@ void bench_decode(const DecodeBenchOptions& o) {
       for (int64_t b = 0; b < B; ++b) prompts.push_back(random_prompt(C, b + 3));
       decoder.prefill(prompts);
       std::vector<double> ms, core, other;
-      double calls = 0, bytes = 0;
-      time_steps(decoder, ms, core, other, calls, bytes);
+      double calls = 0, bytes = 0, read_bytes = 0, flops = 0;
+      time_steps(decoder, ms, core, other, calls, bytes, read_bytes, flops);
       Row row{family, "batch", C, B};
       row.p50_ms = percentile(ms, 0.5);
       row.p95_ms = percentile(ms, 0.95);
@@ -107,6 +128,15 @@ void bench_decode(const DecodeBenchOptions& o) {
       row.other_p50_ms = percentile(other, 0.5);
       row.block_calls = calls;
       row.weight_mb_per_token = bytes / 1e6 / static_cast<double>(B);
+      set_floor(row, read_bytes, flops);
+      if (o.profile) {
+        std::vector<int64_t> next(decoder.batch(), 1);
+        std::optional<OpProfiler> profiler(std::in_place);
+        auto t0 = Clock::now();
+        for (int s = 0; s < steps; ++s) decoder.step(next);
+        synchronize(device);
+        row.profile = per_step(*profiler, steps, seconds_since(t0) * 1e3);
+      }
       rows.push_back(row);
     }
   }
@@ -117,8 +147,14 @@ void bench_decode(const DecodeBenchOptions& o) {
       device.is_cpu() && small_gemm_supported() ? "packed AVX2 kernel" : "BLAS";
   if (output == "json") {
     json j = machine_fields(device);
-    j.update({{"few_row_products", few_rows}, {"config", base.to_json()}, {"rows", json::array()}});
-    for (const auto& r : rows)
+    j.update(
+        {{"few_row_products", few_rows},
+         {"read_bandwidth_gbps",
+          {{"median", bandwidth.median}, {"max", bandwidth.max}, {"reps", bandwidth.reps}}},
+         {"matmul_peak_gflops", {{"median", peak.median}, {"max", peak.max}, {"reps", peak.reps}}},
+         {"config", base.to_json()},
+         {"rows", json::array()}});
+    for (const auto& r : rows) {
       j["rows"].push_back({{"family", r.family},
                            {"what", r.what},
                            {"context", r.context},
@@ -130,7 +166,12 @@ void bench_decode(const DecodeBenchOptions& o) {
                            {"other_p50_ms", r.other_p50_ms},
                            {"recompute_ms", r.recompute_ms},
                            {"block_calls_per_step", r.block_calls},
-                           {"weight_mb_per_token", r.weight_mb_per_token}});
+                           {"weight_mb_per_token", r.weight_mb_per_token},
+                           {"mb_read_per_step", r.mb_per_step},
+                           {"gflop_per_step", r.gflop_per_step},
+                           {"floor_ms", r.floor_ms}});
+      if (o.profile && r.what == "batch") j["rows"].back().update(profile_json(r.profile));
+    }
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -138,9 +179,14 @@ void bench_decode(const DecodeBenchOptions& o) {
   Table table(md);
   if (md)
     std::cout << machine_lines(device) << " | few-row products: " << few_rows << " | " << steps
-              << " timed steps\n\n";
+              << " timed steps\nread bandwidth " << fixed(bandwidth.median, 1) << " GB/s median, "
+              << fixed(bandwidth.max, 1) << " max of " << bandwidth.reps << " | matmul peak "
+              << fixed(peak.median, 1) << " GFLOP/s median, " << fixed(peak.max, 1) << " max of "
+              << peak.reps
+              << " | floor = the larger of MB read / bandwidth and GFLOP / peak (medians)\n\n";
   table.header({"family", "what", "context", "batch", "tokens/s", "p50 ms", "p95 ms", "core p50 ms",
-                "rest p50 ms", "recompute ms", "x cached", "blocks/step", "weight MB/token"},
+                "rest p50 ms", "recompute ms", "x cached", "blocks/step", "weight MB/token",
+                "MB read/step", "GFLOP/step", "floor ms", "x floor"},
                2);
   for (const auto& r : rows) {
     const bool decode = r.what != "prefill";
@@ -150,7 +196,18 @@ void bench_decode(const DecodeBenchOptions& o) {
                decode ? fmt(r.other_p50_ms, 2) : "",
                r.recompute_ms > 0 ? fmt(r.recompute_ms, 1) : "",
                r.recompute_ms > 0 ? fmt(r.recompute_ms / r.p50_ms, 1) : "",
-               decode ? fmt(r.block_calls, 1) : "", decode ? fmt(r.weight_mb_per_token, 2) : ""});
+               decode ? fmt(r.block_calls, 1) : "", decode ? fmt(r.weight_mb_per_token, 2) : "",
+               decode ? fmt(r.mb_per_step, 1) : "", decode ? fmt(r.gflop_per_step, 3) : "",
+               decode ? fmt(r.floor_ms, 2) : "", decode ? fmt(r.p50_ms / r.floor_ms, 2) : ""});
+  }
+  if (o.profile) {
+    if (device.is_cuda())
+      std::cout << "\nprofiles are host times: on CUDA they time launches, not kernels\n";
+    for (const auto& r : rows)
+      if (r.what == "batch")
+        print_profile(r.family + " decode step, batch " + std::to_string(r.batch) + ", context " +
+                          std::to_string(r.context),
+                      r.p50_ms, r.profile, md);
   }
 }
 

@@ -9,6 +9,7 @@
 #include "bench_util.h"
 #include "model/model.h"
 #include "model/stats.h"
+#include "step_profile.h"
 #include "suites.h"
 #include "train/precision.h"
 #include "train/trainer.h"
@@ -25,9 +26,7 @@ struct Row {
   int64_t seq_len = 0, batch = 0;
   Spread tokens_per_s, ms_per_step;
   double mfu = 0, flops_per_token = 0;
-  std::vector<ProfileRow> profile;    // per step, with --profile
-  std::vector<ProfileRow> operators;  // the same by operator, the largest first
-  double profiled_ms = 0;             // a profiled step's wall time
+  StepProfile profile;  // with --profile
 };
 
 // Seconds per repetition of one mode for one model: forward+backward ("train"), a whole
@@ -105,61 +104,6 @@ void set_timing(Row& row, const std::vector<double>& seconds, double flops_per_t
   row.mfu = row.tokens_per_s.mean * flops_per_token / (peak_gflops * 1e9);
 }
 
-constexpr size_t kTopOperators = 15;
-
-// The rows of a profile grouped by phase, phases in the order they first ran.
-std::vector<ProfileRow> by_phase(std::vector<ProfileRow> rows) {
-  std::vector<std::string> order;
-  for (const auto& r : rows)
-    if (std::find(order.begin(), order.end(), r.phase) == order.end()) order.push_back(r.phase);
-  auto rank = [&](const ProfileRow& r) {
-    return std::find(order.begin(), order.end(), r.phase) - order.begin();
-  };
-  std::stable_sort(rows.begin(), rows.end(),
-                   [&](const ProfileRow& a, const ProfileRow& b) { return rank(a) < rank(b); });
-  return rows;
-}
-
-void print_profile(const Row& row, bool md) {
-  std::cout << "\nprofile of " << row.family << " " << row.mode << ", seq " << row.seq_len
-            << ", batch " << row.batch << ": ms per step (" << fixed(row.profiled_ms, 1)
-            << " profiled, " << fixed(row.ms_per_step.mean, 1)
-            << " without); self time of operators by the region they ran in, backward "
-               "operators by their forward's\n\n";
-  Table table(md);
-  table.header({"phase", "part", "forward", "backward", "host", "total", "% step", "GEMM", "calls"},
-               2);
-  ProfileRow sum;
-  auto line = [&](const ProfileRow& r) {
-    table.row({r.phase, r.part.empty() ? "-" : r.part, fixed(r.forward_ms, 2),
-               fixed(r.backward_ms, 2), fixed(r.host_ms, 2), fixed(r.total_ms(), 2),
-               fixed(100 * r.total_ms() / row.profiled_ms, 1), fixed(r.gemm_ms, 2),
-               std::to_string(r.calls)});
-  };
-  for (const auto& r : by_phase(row.profile)) {
-    line(r);
-    sum.forward_ms += r.forward_ms;
-    sum.backward_ms += r.backward_ms;
-    sum.host_ms += r.host_ms;
-    sum.gemm_ms += r.gemm_ms;
-    sum.calls += r.calls;
-  }
-  sum.phase = "all";
-  line(sum);
-  ProfileRow rest;
-  rest.phase = "outside";
-  rest.part = "no region or operator";
-  rest.host_ms = row.profiled_ms - sum.total_ms();
-  line(rest);
-  std::cout << "\nits " << row.operators.size()
-            << " largest operators by self time (ms per step; calls over the profiled steps)\n\n";
-  Table ops(md);
-  ops.header({"operator", "forward", "backward", "total", "% step", "calls"}, 1);
-  for (const auto& r : row.operators)
-    ops.row({r.phase, fixed(r.forward_ms, 2), fixed(r.backward_ms, 2), fixed(r.total_ms(), 2),
-             fixed(100 * r.total_ms() / row.profiled_ms, 1), std::to_string(r.calls)});
-}
-
 }  // namespace
 
 void bench_model(const ModelBenchOptions& o) {
@@ -196,16 +140,7 @@ void bench_model(const ModelBenchOptions& o) {
             std::optional<OpProfiler> profiler;
             double total = 0;
             for (double s : time_mode(o, mode, model, T, &profiler)) total += s;
-            row.profiled_ms = total * 1e3 / o.reps;
-            auto per_step = [&](std::vector<ProfileRow> rs, size_t keep) {
-              if (rs.size() > keep) rs.resize(keep);
-              for (auto& r : rs)
-                for (double* v : {&r.forward_ms, &r.backward_ms, &r.gemm_ms, &r.host_ms})
-                  *v /= o.reps;
-              return rs;
-            };
-            row.profile = per_step(profiler->rows(), SIZE_MAX);
-            row.operators = per_step(profiler->operators(), kTopOperators);
+            row.profile = per_step(*profiler, o.reps, total * 1e3);
           }
           rows.push_back(row);
         }
@@ -254,15 +189,6 @@ void bench_model(const ModelBenchOptions& o) {
          {"config", o.base.to_json()},
          {"rows", json::array()}});
     for (const auto& r : rows) {
-      json profile = json::array();
-      for (const auto& p : by_phase(r.profile))
-        profile.push_back({{"phase", p.phase},
-                           {"part", p.part},
-                           {"forward_ms", p.forward_ms},
-                           {"backward_ms", p.backward_ms},
-                           {"host_ms", p.host_ms},
-                           {"gemm_ms", p.gemm_ms},
-                           {"calls", p.calls}});
       j["rows"].push_back({{"family", r.family},
                            {"mode", r.mode},
                            {"round", r.round},
@@ -275,17 +201,7 @@ void bench_model(const ModelBenchOptions& o) {
                            {"mfu", r.mfu},
                            {"ratio_to_" + first_family, r.tokens_per_s.mean / baseline(r)}});
       if (to_peer(r) > 0) j["rows"].back()["ratio_to_peer"] = to_peer(r);
-      if (o.profile) {
-        json operators = json::array();
-        for (const auto& p : r.operators)
-          operators.push_back({{"operator", p.phase},
-                               {"forward_ms", p.forward_ms},
-                               {"backward_ms", p.backward_ms},
-                               {"calls", p.calls}});
-        j["rows"].back()["profiled_ms_per_step"] = r.profiled_ms;
-        j["rows"].back()["profile"] = profile;
-        j["rows"].back()["operators"] = operators;
-      }
+      if (o.profile && r.mode != "peer step") j["rows"].back().update(profile_json(r.profile));
     }
     std::cout << j.dump(2) << "\n";
     return;
@@ -327,7 +243,10 @@ void bench_model(const ModelBenchOptions& o) {
     if (o.device.is_cuda())
       std::cout << "\nprofiles are host times: on CUDA they time launches, not kernels\n";
     for (const auto& r : rows)
-      if (r.mode != "peer step") print_profile(r, md);
+      if (r.mode != "peer step")
+        print_profile(r.family + " " + r.mode + ", seq " + std::to_string(r.seq_len) + ", batch " +
+                          std::to_string(r.batch),
+                      r.ms_per_step.mean, r.profile, md);
   }
 }
 

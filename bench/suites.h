@@ -38,6 +38,7 @@ struct DecodeBenchOptions {
   int steps = 16, reps = 3;
   std::string output = "md";
   torch::Device device = torch::kCPU;
+  bool profile = false;  // then each batch row's step by phase and part (util/op_profile.h)
 };
 // Prefill tokens/s; per-token latency cached vs recomputed by context (core vs rest); batch
 // scaling with block calls and weight bytes per token.

@@ -241,5 +241,33 @@ expect_error "bench peer missing" "--peer: no such file" "$lol" bench --preset t
 expect_error "bench peer families" "the peer implements lol and dense" "$lol" bench --preset tiny --families looped --peer "$dir/peer.py"
 expect_error "bench peer other suite" "only the model suite runs the peer" "$lol" bench --suite decode --peer "$dir/peer.py"
 
+# lol bench --suite decode: each step's bytes, FLOPs and floor, and with --profile where a
+# batch row's step goes; the profile's regions account for the step.
+expect_ok "bench decode profile" "$lol" --threads 1 bench --suite decode --preset tiny --families lol,dense --contexts 16 --batches 1,3 --steps 4 --profile -o json
+python3 - "$dir/out" <<'PY' && pass "bench decode floor and profile" || failed "bench decode floor and profile"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["read_bandwidth_gbps"]["median"] > 0 and j["matmul_peak_gflops"]["median"] > 0
+batch = [r for r in j["rows"] if r["what"] == "batch"]
+assert len(batch) == 4, batch
+for r in j["rows"]:
+    if r["what"] == "prefill":
+        continue
+    assert r["mb_read_per_step"] > 0 and r["gflop_per_step"] > 0, r
+    floor = 1e3 * max(r["mb_read_per_step"] / 1e3 / j["read_bandwidth_gbps"]["median"],
+                      r["gflop_per_step"] / j["matmul_peak_gflops"]["median"])
+    assert abs(r["floor_ms"] - floor) < 1e-6 * floor, (r, floor)
+by = {(r["family"], r["batch"]): r for r in batch}
+for fam in ("lol", "dense"):  # three rows read the same weights and three times the cache
+    assert abs(by[(fam, 3)]["gflop_per_step"] / by[(fam, 1)]["gflop_per_step"] - 3) < 0.2, fam
+for r in batch:
+    phases = {p["phase"] for p in r["profile"]}
+    assert {"embed", "prelude", "core", "coda", "head"} <= phases, phases
+    total = sum(p["forward_ms"] + p["host_ms"] for p in r["profile"])
+    assert 0 < total <= r["profiled_ms_per_step"] * 1.01, (total, r["profiled_ms_per_step"])
+    assert any(p["part"] == "proj" for p in r["profile"]) and r["operators"]
+PY
+expect_error "bench profile other suite" "only the model and decode suites have a profile" "$lol" bench --suite tasks --profile
+
 if [ "$failures" -ne 0 ]; then echo "$failures CLI checks failed"; exit 1; fi
 echo "all CLI checks passed"

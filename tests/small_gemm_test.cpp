@@ -48,6 +48,42 @@ TEST(SmallGemm, SplittingOverThreadsGivesTheSameBits) {
   configure_runtime(before);
 }
 
+// A routed depth's experts in one grouped call: each group's rows get exactly what small_gemm
+// gives them alone (the same sums in the same order), whatever the row counts, the split of
+// the (group, panel) pairs over the threads, or a ragged column count.
+TEST(SmallGemm, GroupedProductsGiveEachGroupTheBitsOfItsOwnProduct) {
+  if (!small_gemm_supported()) GTEST_SKIP() << "CPU without AVX2+FMA: projections use BLAS";
+  torch::manual_seed(6);
+  const int before = at::get_num_threads();
+  for (int64_t n : {768, 13})
+    for (const auto& rows :
+         std::vector<std::vector<int64_t>>{{1}, {2, 1, 5, 1}, {14, 9, 6, 3}, {1, 32}}) {
+      std::vector<torch::Tensor> xs, panels, weights;
+      for (int64_t m : rows) {
+        weights.push_back(torch::randn({n, 256}));
+        panels.push_back(pack_panels(weights.back()));
+        xs.push_back(torch::randn({m, 256}));
+      }
+      for (int threads : {1, 2}) {
+        configure_runtime(threads);
+        auto grouped = grouped_small_gemm(xs, panels, n);
+        int64_t row = 0;
+        for (size_t g = 0; g < xs.size(); ++g) {
+          auto alone = small_gemm(xs[g], panels[g], n);
+          EXPECT_TRUE(torch::equal(grouped.narrow(0, row, xs[g].size(0)), alone))
+              << "n " << n << " group " << g << " threads " << threads;
+          EXPECT_LT(testing::max_abs_diff(
+                        alone, torch::nn::functional::linear(xs[g].to(torch::kFloat64),
+                                                             weights[g].to(torch::kFloat64))),
+                    1e-4 * 16);
+          row += xs[g].size(0);
+        }
+        EXPECT_EQ(grouped.size(0), row);
+      }
+    }
+  configure_runtime(before);
+}
+
 TEST(SmallGemm, ProjectionRepacksWhenTheWeightChanges) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(4);

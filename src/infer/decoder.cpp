@@ -1,8 +1,10 @@
 #include "infer/decoder.h"
 
 #include <chrono>
+#include <optional>
 
 #include "util/error.h"
+#include "util/op_profile.h"
 
 namespace lol {
 namespace {
@@ -11,7 +13,12 @@ int64_t parameter_bytes(const torch::nn::Module& m) {
   for (const auto& p : m.parameters()) bytes += p.numel() * static_cast<int64_t>(p.element_size());
   return bytes;
 }
-// A block's weights a token reads: everything but the MoE experts it did not use.
+int64_t parameter_count(const torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+// A block's weights a step reads: everything but the MoE experts no row used.
 int64_t block_bytes_read(Block block) {
   if (!block->moe) return parameter_bytes(*block);
   int64_t bytes = parameter_bytes(*block) - parameter_bytes(*block->moe->experts);
@@ -20,13 +27,22 @@ int64_t block_bytes_read(Block block) {
     if (load[e] > 0) bytes += parameter_bytes(*block->moe->experts[e]);
   return bytes;
 }
+// The multiply-adds of a block's products per row, times two: every weight once, but of an
+// MoE feed-forward only the top-k experts a row goes to (norm weights included: they are few).
+double block_flops_per_row(Block block) {
+  if (!block->moe) return 2.0 * static_cast<double>(parameter_count(*block));
+  const auto& experts = *block->moe->experts;
+  return 2.0 * static_cast<double>(parameter_count(*block) - parameter_count(experts) +
+                                   block->moe->top_k * parameter_count(*experts[0]));
+}
 }  // namespace
 
 // One block application in execution order (prelude blocks, the core's layers, coda blocks)
 // with its cache and, for windowed layers, each sequence's window bookkeeping.
 struct Decoder::Layer {
-  CoreLayer spec;         // mask, depth, window, offset; the block unless routed
-  std::string hook_name;  // prefill input: "prelude_in", "core_in", "coda_in"
+  CoreLayer spec;          // mask, depth, window, offset; the block unless routed
+  std::string hook_name;   // prefill input: "prelude_in", "core_in", "coda_in"
+  const char* phase = "";  // its profile region: "prelude", "core", "coda"
   int64_t hook_index = 0;
   std::unique_ptr<KVCache> cache;
   // Windowed layers (strided, routed): the current window ordinal of each sequence.
@@ -104,10 +120,11 @@ void Decoder::build_layers(int64_t B) {
   const auto& c = model_->config();
   auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   layers_.clear();
-  auto add = [&](const CoreLayer& spec, const char* hook, int64_t index) {
+  auto add = [&](const CoreLayer& spec, const char* hook, const char* phase, int64_t index) {
     auto l = std::make_unique<Layer>();
     l->spec = spec;
     l->hook_name = hook;
+    l->phase = phase;
     l->hook_index = index;
     l->cache = std::make_unique<KVCache>(B, c.n_kv_heads, c.head_dim(), options);
     l->ordinal.assign(B, -1);
@@ -124,10 +141,11 @@ void Decoder::build_layers(int64_t B) {
     return CoreLayer{CoreLayer::Mask::kDocument, 0, 0, 0, Block(list->ptr<BlockImpl>(i))};
   };
   for (size_t i = 0; i < model_->prelude->size(); ++i)
-    add(fixed(model_->prelude, i), "prelude_in", static_cast<int64_t>(i));
-  for (const auto& spec : model_->core().layers(c.core_depth)) add(spec, "core_in", spec.depth);
+    add(fixed(model_->prelude, i), "prelude_in", "prelude", static_cast<int64_t>(i));
+  for (const auto& spec : model_->core().layers(c.core_depth))
+    add(spec, "core_in", "core", spec.depth);
   for (size_t i = 0; i < model_->coda->size(); ++i)
-    add(fixed(model_->coda, i), "coda_in", static_cast<int64_t>(i));
+    add(fixed(model_->coda, i), "coda_in", "coda", static_cast<int64_t>(i));
 }
 
 void Decoder::fill_state(Layer& l, const Layout& layout, const torch::Tensor& x,
@@ -231,8 +249,13 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
   const int64_t B = batch();
   const auto& spec = l.spec;
   auto attend = [&](const BlockImpl::QKV& qkv, int64_t band) {
-    return l.cache->attend(rotary.apply(qkv.q), rotary.apply(qkv.k), qkv.v, positions_, router_only,
-                           band);
+    auto out = l.cache->attend(rotary.apply(qkv.q), rotary.apply(qkv.k), qkv.v, positions_,
+                               router_only, band);
+    // Every query head against every key and value held, the new tokens' included: q.k, p.v.
+    stats_.cache_bytes += l.cache->bytes();
+    stats_.flops += 4.0 * static_cast<double>(qkv.q.size(1) * qkv.q.size(2)) *
+                    static_cast<double>(l.cache->slots());
+    return out;
   };
   // Which sequences open a window at this token (windowed layers).
   auto opening = [&] {
@@ -251,13 +274,13 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
       }
     auto y = run_slices(x, {{spec.block, 0, B}}, nullptr,
                         [&](const BlockImpl::QKV& qkv) { return attend(qkv, l.band()); });
-    stats_.block_calls += 1;
-    stats_.weight_bytes += block_bytes_read(spec.block);
+    count_call(spec.block, B);
     return y;
   }
 
   // Routed depth: close the windows that end, route the ones that open, then run each expert
   // on the rows that chose it.
+  std::optional<ProfileScope> route_scope(std::in_place, "route");
   const auto opened = opening();
   std::vector<int64_t> ordinals;
   for (int64_t b : opened) {
@@ -297,15 +320,13 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
   }
   l.window_sum += x;
   for (int64_t b = 0; b < B; ++b) ++l.window_count[b];
+  route_scope.reset();
 
   // The rows grouped by expert, each group one slice of a single pass; attention runs in the
   // cache's row order.
   FilmRows film = routing_->film(spec.depth);
   const RowGroups groups = group_rows(l.expert, routing_->experts());
-  for (const auto& s : groups.slices) {
-    stats_.block_calls += 1;
-    stats_.weight_bytes += parameter_bytes(*s.block);
-  }
+  for (const auto& s : groups.slices) count_call(s.block, s.count);
   if (groups.identity) {
     auto y = run_slices(x, groups.slices, &film,
                         [&](const BlockImpl::QKV& qkv) { return attend(qkv, 0); });
@@ -321,6 +342,23 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
     return att.index_select(0, perm);
   });
   return x + l.gate.unsqueeze(1) * (ys.index_select(0, inverse) - x);
+}
+
+void Decoder::count_call(const Block& block, int64_t rows) {
+  BlockCost cost;
+  if (block->moe) {
+    cost = {block_bytes_read(block), block_flops_per_row(block)};
+  } else {
+    auto it = costs_.find(block.get());
+    if (it == costs_.end())
+      it = costs_
+               .emplace(block.get(), BlockCost{block_bytes_read(block), block_flops_per_row(block)})
+               .first;
+    cost = it->second;
+  }
+  stats_.block_calls += 1;
+  stats_.weight_bytes += cost.bytes;
+  stats_.flops += cost.flops_per_row * static_cast<double>(rows);
 }
 
 DecodeOutput Decoder::admit(const std::vector<Prompt>& prompts) {
@@ -403,19 +441,28 @@ DecodeOutput Decoder::step(const std::vector<int64_t>& tokens,
     return std::chrono::duration<double>(Clock::now() - t).count();
   };
   auto t0 = Clock::now();
-  auto x = model_->embed->forward(torch::tensor(tokens, torch::kInt64).to(device_));  // (B, d)
-  // Every layer rotates at the same positions this step.
-  const auto rotary = Rotary::at_positions(torch::tensor(positions_, torch::kInt64).to(device_),
-                                           c.head_dim(), c.rope_theta);
+  torch::Tensor x;
+  Rotary rotary;
+  {
+    ProfileScope scope("embed");
+    x = model_->embed->forward(torch::tensor(tokens, torch::kInt64).to(device_));  // (B, d)
+    // Every layer rotates at the same positions this step.
+    rotary = Rotary::at_positions(torch::tensor(positions_, torch::kInt64).to(device_),
+                                  c.head_dim(), c.rope_theta);
+  }
   for (auto& l : layers_) {
     auto t = Clock::now();
+    ProfileScope scope(l->phase);
     x = run_layer(*l, x, rotary, router_only, &out.routes);
     if (l->hook_name == "core_in") stats_.core_seconds += seconds_since(t);
   }
-  x = model_->norm->forward(x);
   const auto& head = model_->lm_head ? model_->lm_head->weight : model_->embed->weight;
-  out.logits = head_.apply(x, {head});
+  {
+    ProfileScope scope("head");
+    out.logits = head_.apply(model_->norm->forward(x), {head});
+  }
   stats_.weight_bytes += head.numel() * static_cast<int64_t>(head.element_size());
+  stats_.flops += 2.0 * static_cast<double>(head.numel() * B);
   stats_.other_seconds = seconds_since(t0) - stats_.core_seconds;
   for (auto& p : positions_) ++p;
   return out;

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "infer/kv_cache.h"
@@ -59,9 +60,11 @@ class Decoder {
   int64_t growing_cache_bytes() const;  // prelude, coda and full/sliding core caches
 
   // What the latest step did: block calls (a routed depth counts one per distinct expert in
-  // the batch), weight bytes those calls read (plus the LM head), and where the time went.
+  // the batch), weight bytes those calls read (plus the LM head), cache bytes attention read,
+  // the FLOPs of its products and attention, and where the time went.
   struct StepStats {
-    int64_t block_calls = 0, weight_bytes = 0;
+    int64_t block_calls = 0, weight_bytes = 0, cache_bytes = 0;
+    double flops = 0;
     double core_seconds = 0, other_seconds = 0;  // core layers vs prelude, coda, head
   };
   const StepStats& last_step() const { return stats_; }
@@ -88,6 +91,15 @@ class Decoder {
   std::vector<int64_t> positions_, prompt_lens_;
   Projection head_;  // the LM head (cached panels for a few rows)
   StepStats stats_;
+  // Weight bytes one call of a block reads and its FLOPs per row; counted once per block
+  // (walking a module's parameters costs microseconds), except MoE blocks, whose bytes follow
+  // the experts used.
+  struct BlockCost {
+    int64_t bytes = 0;
+    double flops_per_row = 0;
+  };
+  void count_call(const Block& block, int64_t rows);
+  std::unordered_map<const BlockImpl*, BlockCost> costs_;
 };
 
 }  // namespace lol

@@ -77,10 +77,14 @@ void KVCache::append_rows(const KVCache& other) {
   length_.insert(length_.end(), other.length_.begin(), other.length_.end());
 }
 
-int64_t KVCache::bytes() const {
+int64_t KVCache::slots() const {
   int64_t slots = 0;
   for (auto l : length_) slots += l;
-  return slots * 2 * kv_heads_ * head_dim_ * static_cast<int64_t>(k_.element_size());
+  return slots;
+}
+
+int64_t KVCache::bytes() const {
+  return slots() * 2 * kv_heads_ * head_dim_ * static_cast<int64_t>(k_.element_size());
 }
 
 torch::Tensor KVCache::attend(const torch::Tensor& q, const torch::Tensor& k,

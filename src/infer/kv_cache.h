@@ -40,6 +40,7 @@ class KVCache {
   // sequences into a running batch).
   void append_rows(const KVCache& other);
   int64_t length(int64_t row) const { return length_[row]; }
+  int64_t slots() const;  // used slots over all rows
   int64_t bytes() const;  // bytes of keys and values held (used slots)
 
  private:

@@ -30,6 +30,11 @@ FilmImpl::FilmImpl(int64_t depth, int64_t dim) {
 }
 
 namespace {
+int64_t output_columns(const std::vector<torch::Tensor>& parts) {
+  int64_t n = 0;
+  for (const auto& p : parts) n += p.size(0);
+  return n;
+}
 torch::nn::Linear linear(int64_t in, int64_t out) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
 }
@@ -57,20 +62,23 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
 torch::Tensor Projection::apply(const torch::Tensor& x, const std::vector<torch::Tensor>& parts) {
   if (torch::GradMode::is_enabled())
     return torch::nn::functional::linear(x, parts.size() == 1 ? parts[0] : torch::cat(parts, 0));
-  torch::Tensor w, panels;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    w = weight(parts);
-    const bool small = x.dim() == 2 && x.size(0) <= kSmallGemmMaxRows && x.size(0) > 0 &&
-                       x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
-                       w.scalar_type() == torch::kFloat32 && small_gemm_supported();
-    if (small) {
-      if (!panels_.defined()) panels_ = pack_panels(w);
-      panels = panels_;
-    }
-  }
-  if (!panels.defined()) return torch::nn::functional::linear(x, w);
-  return small_gemm(x.contiguous(), panels, w.size(0));
+  auto panels = panels_for(x, parts);
+  if (panels.defined()) return small_gemm(x.contiguous(), panels, output_columns(parts));
+  std::lock_guard<std::mutex> lock(mutex_);
+  return torch::nn::functional::linear(x, weight(parts));
+}
+
+torch::Tensor Projection::panels_for(const torch::Tensor& x,
+                                     const std::vector<torch::Tensor>& parts) {
+  const bool small = !torch::GradMode::is_enabled() && x.dim() == 2 &&
+                     x.size(0) <= kSmallGemmMaxRows && x.size(0) > 0 && x.device().is_cpu() &&
+                     x.scalar_type() == torch::kFloat32 &&
+                     parts[0].scalar_type() == torch::kFloat32 && small_gemm_supported();
+  if (!small) return {};
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto w = weight(parts);
+  if (!panels_.defined()) panels_ = pack_panels(w);
+  return panels_;
 }
 
 torch::Tensor Projection::weight(const std::vector<torch::Tensor>& parts) {
@@ -170,8 +178,12 @@ torch::Tensor BlockImpl::sublayer_input(const torch::Tensor& normalized, const R
   return normalized * norm->weight * *gamma + *beta;
 }
 
+std::vector<torch::Tensor> BlockImpl::qkv_weights() const {
+  return {attn->q->weight, attn->k->weight, attn->v->weight};
+}
+
 torch::Tensor BlockImpl::project_qkv(const torch::Tensor& h) {
-  return qkv.apply(h, {attn->q->weight, attn->k->weight, attn->v->weight});
+  return qkv.apply(h, qkv_weights());
 }
 
 BlockImpl::QKV BlockImpl::split_qkv(const torch::Tensor& fused) const {
@@ -231,6 +243,37 @@ std::vector<torch::Tensor> slice_rows(const torch::Tensor& t,
   TORCH_CHECK(next == t.size(0), "block slices must cover every row");
   return slices.size() == 1 ? std::vector<torch::Tensor>{t} : t.split_with_sizes(counts, 0);
 }
+
+// A block's projection of one kind and the weights it stacks.
+struct ProjectionRef {
+  Projection* projection;
+  std::vector<torch::Tensor> parts;
+};
+// Each slice's rows through its own block's projection (`of`), in row order. When every slice
+// may take the packed few-row kernel (decoding: a routed depth's experts with a row or a few
+// each), one grouped product serves them all; otherwise one product per slice.
+torch::Tensor project_slices(const std::vector<torch::Tensor>& rows,
+                             const std::vector<BlockSlice>& slices,
+                             const std::function<ProjectionRef(BlockImpl&)>& of) {
+  ProfileScope scope("proj");
+  std::vector<ProjectionRef> refs;
+  for (const auto& s : slices) refs.push_back(of(*s.block.ptr()));
+  if (slices.size() > 1) {
+    std::vector<torch::Tensor> xs, panels;
+    for (size_t i = 0; i < slices.size(); ++i) {
+      auto p = refs[i].projection->panels_for(rows[i], refs[i].parts);
+      if (!p.defined()) break;
+      panels.push_back(p);
+      xs.push_back(rows[i].contiguous());
+    }
+    if (panels.size() == slices.size())
+      return grouped_small_gemm(xs, panels, output_columns(refs[0].parts));
+  }
+  std::vector<torch::Tensor> parts;
+  for (size_t i = 0; i < slices.size(); ++i)
+    parts.push_back(refs[i].projection->apply(rows[i], refs[i].parts));
+  return cat_rows(parts);
+}
 }  // namespace
 
 torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
@@ -251,63 +294,41 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
     return inputs;
   };
   // Attention sublayer: each slice's q|k|v, attention over all rows, each slice's output.
-  auto inputs = sublayer_inputs(x, true);
-  std::vector<torch::Tensor> parts;
-  {
-    ProfileScope scope("proj");
-    for (size_t i = 0; i < slices.size(); ++i)
-      parts.push_back(slices[i].block->project_qkv(inputs[i]));
-  }
+  auto qkv = project_slices(sublayer_inputs(x, true), slices, [](BlockImpl& b) {
+    return ProjectionRef{&b.qkv, b.qkv_weights()};
+  });
   torch::Tensor attended;
   {
     ProfileScope scope("attend");
-    attended = attend_rows(slices.front().block->split_qkv(cat_rows(parts)));
+    attended = attend_rows(slices.front().block->split_qkv(qkv));
   }
-  parts.clear();
-  {
-    ProfileScope scope("proj");
-    auto rows = slice_rows(attended, slices);
-    for (size_t i = 0; i < slices.size(); ++i) {
-      auto& b = slices[i].block;
-      parts.push_back(b->out_proj.apply(rows[i], {b->attn->o->weight}));
-    }
-  }
-  auto a = x + cat_rows(parts);
+  auto a = x + project_slices(slice_rows(attended, slices), slices, [](BlockImpl& b) {
+             return ProjectionRef{&b.out_proj, {b.attn->o->weight}};
+           });
   // Feed-forward sublayer, SwiGLU's gate over all rows at once between the slices' products.
-  inputs = sublayer_inputs(a, false);
-  parts.clear();
+  auto inputs = sublayer_inputs(a, false);
   bool any_moe = false;
   for (auto& s : slices) any_moe = any_moe || s.block->moe;
   if (any_moe) {
     ProfileScope scope("moe");
+    std::vector<torch::Tensor> parts;
     for (size_t i = 0; i < slices.size(); ++i) {
       auto& b = slices[i].block;
       parts.push_back(b->moe ? b->moe->forward(inputs[i]) : b->ffn->forward(inputs[i]));
     }
     return a + cat_rows(parts);
   }
-  {
-    ProfileScope scope("proj");
-    for (size_t i = 0; i < slices.size(); ++i) {
-      auto& f = slices[i].block->ffn;
-      parts.push_back(f->gate_up.apply(inputs[i], {f->gate->weight, f->up->weight}));
-    }
-  }
+  auto gate_up = project_slices(inputs, slices, [](BlockImpl& b) {
+    return ProjectionRef{&b.ffn->gate_up, {b.ffn->gate->weight, b.ffn->up->weight}};
+  });
   torch::Tensor hidden_act;
   {
     ProfileScope scope("swiglu");
-    hidden_act = swiglu(cat_rows(parts));
+    hidden_act = swiglu(gate_up);
   }
-  parts.clear();
-  {
-    ProfileScope scope("proj");
-    auto rows = slice_rows(hidden_act, slices);
-    for (size_t i = 0; i < slices.size(); ++i) {
-      auto& f = slices[i].block->ffn;
-      parts.push_back(f->down_proj.apply(rows[i], {f->down->weight}));
-    }
-  }
-  return a + cat_rows(parts);
+  return a + project_slices(slice_rows(hidden_act, slices), slices, [](BlockImpl& b) {
+           return ProjectionRef{&b.ffn->down_proj, {b.ffn->down->weight}};
+         });
 }
 
 torch::Tensor run_blocks(const torch::Tensor& x, std::vector<BlockSlice> slices,

@@ -59,6 +59,9 @@ TORCH_MODULE(Attention);
 class Projection {
  public:
   torch::Tensor apply(const torch::Tensor& x, const std::vector<torch::Tensor>& parts);
+  // The cached panels of the stack when x may take the packed kernel (no gradients, 1 to
+  // kSmallGemmMaxRows fp32 rows on a CPU with AVX2), else an undefined tensor.
+  torch::Tensor panels_for(const torch::Tensor& x, const std::vector<torch::Tensor>& parts);
 
  private:
   torch::Tensor weight(
@@ -102,6 +105,7 @@ struct BlockImpl : torch::nn::Module {
   // The fused q|k|v projection alone, (n, (H + 2 Hkv) dh), of rows already through
   // sublayer_input(attn_norm, ...), and its split into q, k and v.
   torch::Tensor project_qkv(const torch::Tensor& h);
+  std::vector<torch::Tensor> qkv_weights() const;  // q, k, v: the stack project_qkv multiplies by
   QKV split_qkv(const torch::Tensor& fused) const;
 
   // A sublayer's normed input from rows already divided by their RMS: h * w, or with FiLM

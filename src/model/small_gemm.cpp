@@ -18,25 +18,49 @@ constexpr int64_t kParallelFlops = 1 << 15;
 
 #ifdef LOL_SMALL_GEMM
 // Rows [0, M) of x times panels [nb, nb + P): M x P accumulators of 8 columns, each weight
-// vector loaded once per k and used for every row. M x P + P + 1 <= 16 ymm registers.
+// vector loaded once per k and used for every row. M <= 4, P <= 3: 12 + 3 + 1 <= 16 ymm
+// registers. The accumulators are named variables rather than an array: GCC keeps an array
+// of vectors in memory here and stores every accumulator at every k, which halved the speed.
 template <int M, int P>
 __attribute__((target("avx2,fma"))) void tile(const float* x, int64_t K, const float* panels,
                                               float* y, int64_t ldy, int64_t nb) {
-  __m256 acc[M][P];
-  for (int m = 0; m < M; ++m)
-    for (int p = 0; p < P; ++p) acc[m][p] = _mm256_setzero_ps();
-  const float* w[P];
-  for (int p = 0; p < P; ++p) w[p] = panels + (nb + p) * K * 8;
+  static_assert(M >= 1 && M <= 4 && P >= 1 && P <= 3, "tile: at most 4 rows of 3 panels");
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 c00 = zero, c01 = zero, c02 = zero, c10 = zero, c11 = zero, c12 = zero;
+  __m256 c20 = zero, c21 = zero, c22 = zero, c30 = zero, c31 = zero, c32 = zero;
+  const float* w0 = panels + nb * K * 8;
+  const float* w1 = w0 + K * 8;
+  const float* w2 = w1 + K * 8;
   for (int64_t k = 0; k < K; ++k) {
-    __m256 wv[P];
-    for (int p = 0; p < P; ++p) wv[p] = _mm256_loadu_ps(w[p] + k * 8);
-    for (int m = 0; m < M; ++m) {
-      const __m256 xv = _mm256_broadcast_ss(x + m * K + k);
-      for (int p = 0; p < P; ++p) acc[m][p] = _mm256_fmadd_ps(xv, wv[p], acc[m][p]);
-    }
+    const __m256 v0 = _mm256_loadu_ps(w0 + k * 8);
+    const __m256 v1 = P > 1 ? _mm256_loadu_ps(w1 + k * 8) : zero;
+    const __m256 v2 = P > 2 ? _mm256_loadu_ps(w2 + k * 8) : zero;
+// (Macros, not lambdas: a lambda does not inherit the function's target attribute.)
+#define LOL_TILE_ROW(m, a0, a1, a2)                       \
+  do {                                                    \
+    const __m256 xv = _mm256_broadcast_ss(x + (m)*K + k); \
+    a0 = _mm256_fmadd_ps(xv, v0, a0);                     \
+    if (P > 1) a1 = _mm256_fmadd_ps(xv, v1, a1);          \
+    if (P > 2) a2 = _mm256_fmadd_ps(xv, v2, a2);          \
+  } while (0)
+    LOL_TILE_ROW(0, c00, c01, c02);
+    if (M > 1) LOL_TILE_ROW(1, c10, c11, c12);
+    if (M > 2) LOL_TILE_ROW(2, c20, c21, c22);
+    if (M > 3) LOL_TILE_ROW(3, c30, c31, c32);
+#undef LOL_TILE_ROW
   }
-  for (int m = 0; m < M; ++m)
-    for (int p = 0; p < P; ++p) _mm256_storeu_ps(y + m * ldy + (nb + p) * 8, acc[m][p]);
+#define LOL_TILE_STORE(m, a0, a1, a2)          \
+  do {                                         \
+    float* out = y + (m)*ldy + nb * 8;         \
+    _mm256_storeu_ps(out, a0);                 \
+    if (P > 1) _mm256_storeu_ps(out + 8, a1);  \
+    if (P > 2) _mm256_storeu_ps(out + 16, a2); \
+  } while (0)
+  LOL_TILE_STORE(0, c00, c01, c02);
+  if (M > 1) LOL_TILE_STORE(1, c10, c11, c12);
+  if (M > 2) LOL_TILE_STORE(2, c20, c21, c22);
+  if (M > 3) LOL_TILE_STORE(3, c30, c31, c32);
+#undef LOL_TILE_STORE
 }
 
 // Every row of x times panels [nb, nb + P), in tiles of 4 rows and then the remainder: the
@@ -85,28 +109,70 @@ torch::Tensor pack_panels(const torch::Tensor& weight) {
 }
 
 torch::Tensor small_gemm(const torch::Tensor& x, const torch::Tensor& panels, int64_t n) {
-  const int64_t M = x.size(0), K = x.size(1), num = panels.size(0);
+  return grouped_small_gemm({x}, {panels}, n);
+}
+
+torch::Tensor grouped_small_gemm(const std::vector<torch::Tensor>& xs,
+                                 const std::vector<torch::Tensor>& panels, int64_t n) {
   LOL_CHECK(small_gemm_supported(), "small_gemm needs a CPU with AVX2 and FMA");
-  LOL_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat32 &&
-                x.device().is_cpu(),
-            "small_gemm needs contiguous fp32 CPU rows");
-  LOL_CHECK(panels.size(1) == K && panels.size(2) == 8 && n <= num * 8 && M > 0,
-            "small_gemm: shapes do not match");
-  auto y = torch::empty({M, num * 8}, x.options());
+  LOL_CHECK(!xs.empty() && xs.size() == panels.size(), "small_gemm: one panel set per group");
+  const int64_t K = panels[0].size(1), num = panels[0].size(0),
+                groups = static_cast<int64_t>(xs.size());
+  std::vector<int64_t> first_row(groups + 1, 0);  // group g's rows of y: [first_row[g], ..[g+1])
+  for (int64_t g = 0; g < groups; ++g) {
+    const auto& x = xs[g];
+    LOL_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat32 &&
+                  x.device().is_cpu(),
+              "small_gemm needs contiguous fp32 CPU rows");
+    LOL_CHECK(x.size(1) == K && x.size(0) > 0 && panels[g].size(0) == num &&
+                  panels[g].size(1) == K && panels[g].size(2) == 8 && n <= num * 8,
+              "small_gemm: shapes do not match");
+    first_row[g + 1] = first_row[g] + x.size(0);
+  }
+  const int64_t M = first_row[groups];
+  auto y = torch::empty({M, num * 8}, xs[0].options());
 #ifdef LOL_SMALL_GEMM
-  const float* xp = x.data_ptr<float>();
-  const float* pp = panels.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const int64_t ldy = num * 8;
-  // The panels split evenly over the threads once the product is large enough to repay waking
-  // a second one; each thread walks its share three panels (24 columns) at a time.
-  const int64_t grain = std::max<int64_t>(1, kParallelFlops / (2 * M * K * 8));
-  at::parallel_for(0, num, grain, [&](int64_t begin, int64_t end) {
-    int64_t nb = begin;
-    for (; nb + 3 <= end; nb += 3) panel_group<3>(xp, M, K, pp, yp, ldy, nb);
-    if (end - nb == 2) panel_group<2>(xp, M, K, pp, yp, ldy, nb);
-    if (end - nb == 1) panel_group<1>(xp, M, K, pp, yp, ldy, nb);
-  });
+  // The (group, panel) pairs split over the threads once the products are large enough to
+  // repay waking a second one, each thread a contiguous run of about equal cost (a panel of a
+  // group costs its rows, plus about one row's worth to stream the panel in: experts get
+  // unequal rows); each thread walks its run three panels (24 columns) at a time per group.
+  std::vector<int64_t> cost(groups + 1, 0);  // cumulative cost of all panels of groups < g
+  for (int64_t g = 0; g < groups; ++g) cost[g + 1] = cost[g] + num * (xs[g].size(0) + 1);
+  const int64_t flops = 2 * M * K * num * 8;
+  const int64_t threads =
+      std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), flops / kParallelFlops));
+  // The first pair whose cost prefix reaches `target`.
+  auto pair_at = [&](int64_t target) {
+    int64_t g = 0;
+    while (g + 1 < groups && cost[g + 1] <= target) ++g;
+    const int64_t per = xs[g].size(0) + 1;
+    return g * num + std::min<int64_t>(num, (target - cost[g] + per - 1) / per);
+  };
+  auto run = [&](int64_t begin, int64_t end) {
+    while (begin < end) {
+      const int64_t g = begin / num, stop = std::min(end, (g + 1) * num) - g * num;
+      const int64_t m = first_row[g + 1] - first_row[g];
+      const float* xp = xs[g].data_ptr<float>();
+      const float* pp = panels[g].data_ptr<float>();
+      float* yg = yp + first_row[g] * ldy;
+      int64_t nb = begin - g * num;
+      for (; nb + 3 <= stop; nb += 3) panel_group<3>(xp, m, K, pp, yg, ldy, nb);
+      if (stop - nb == 2) panel_group<2>(xp, m, K, pp, yg, ldy, nb);
+      if (stop - nb == 1) panel_group<1>(xp, m, K, pp, yg, ldy, nb);
+      begin = g * num + stop;
+    }
+  };
+  if (threads == 1) {
+    run(0, groups * num);
+  } else {
+    at::parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        run(t == 0 ? 0 : pair_at(cost[groups] * t / threads),
+            t + 1 == threads ? groups * num : pair_at(cost[groups] * (t + 1) / threads));
+    });
+  }
 #endif
   return num * 8 == n ? y : y.narrow(1, 0, n).contiguous();
 }

@@ -21,5 +21,12 @@ bool small_gemm_supported();
 torch::Tensor pack_panels(const torch::Tensor& weight);
 // x (M, K) fp32 contiguous on the CPU times the packed weight of n output columns: (M, n).
 torch::Tensor small_gemm(const torch::Tensor& x, const torch::Tensor& panels, int64_t n);
+// Several such products of one shape at once: xs[g] (M_g, K) times panels[g], each of n output
+// columns, stacked in order as the rows of one (sum M_g, n) result. Every group's panels are
+// spread over the threads together, so the experts of a routed depth cost one parallel region
+// per projection rather than one each, and both threads stream weights even when each expert
+// has a row or two. Each column of each group is summed as small_gemm sums it: the same bits.
+torch::Tensor grouped_small_gemm(const std::vector<torch::Tensor>& xs,
+                                 const std::vector<torch::Tensor>& panels, int64_t n);
 
 }  // namespace lol
