@@ -3,7 +3,7 @@
 
 #include "bench_util.h"
 #include "infer/decoder.h"
-#include "model/small_gemm.h"
+#include "model/packed_gemm.h"
 #include "step_profile.h"
 #include "suites.h"
 
@@ -141,14 +141,14 @@ void bench_decode(const DecodeBenchOptions& o) {
     }
   }
   auto fmt = fixed;
-  // Projections of up to kSmallGemmMaxRows rows on the CPU use the packed kernel when the CPU
-  // has AVX2+FMA, else BLAS: say which, since it changes batch 1 by ~2x.
-  const std::string few_rows =
-      device.is_cpu() && small_gemm_supported() ? "packed AVX2 kernel" : "BLAS";
+  // Inference products on the CPU use the packed kernel when the CPU has AVX2+FMA, else BLAS:
+  // say which, since it changes batch 1 by ~2x.
+  const std::string products =
+      device.is_cpu() && packed_gemm_supported() ? "packed AVX2 kernel" : "BLAS";
   if (output == "json") {
     json j = machine_fields(device);
     j.update(
-        {{"few_row_products", few_rows},
+        {{"products", products},
          {"read_bandwidth_gbps",
           {{"median", bandwidth.median}, {"max", bandwidth.max}, {"reps", bandwidth.reps}}},
          {"matmul_peak_gflops", {{"median", peak.median}, {"max", peak.max}, {"reps", peak.reps}}},
@@ -178,7 +178,7 @@ void bench_decode(const DecodeBenchOptions& o) {
   const bool md = output == "md";
   Table table(md);
   if (md)
-    std::cout << machine_lines(device) << " | few-row products: " << few_rows << " | " << steps
+    std::cout << machine_lines(device) << " | products: " << products << " | " << steps
               << " timed steps\nread bandwidth " << fixed(bandwidth.median, 1) << " GB/s median, "
               << fixed(bandwidth.max, 1) << " max of " << bandwidth.reps << " | matmul peak "
               << fixed(peak.median, 1) << " GFLOP/s median, " << fixed(peak.max, 1) << " max of "

@@ -3,7 +3,8 @@
 #include <algorithm>
 
 #include "model/cpu_fast.h"
-#include "model/small_gemm.h"
+#include "model/packed_gemm.h"
+#include "util/autocast.h"
 #include "util/op_profile.h"
 
 namespace lol {
@@ -63,18 +64,19 @@ torch::Tensor Projection::apply(const torch::Tensor& x, const std::vector<torch:
   if (torch::GradMode::is_enabled())
     return torch::nn::functional::linear(x, parts.size() == 1 ? parts[0] : torch::cat(parts, 0));
   auto panels = panels_for(x, parts);
-  if (panels.defined()) return small_gemm(x.contiguous(), panels, output_columns(parts));
+  if (panels.defined()) return packed_gemm(x.contiguous(), panels, output_columns(parts));
   std::lock_guard<std::mutex> lock(mutex_);
   return torch::nn::functional::linear(x, weight(parts));
 }
 
 torch::Tensor Projection::panels_for(const torch::Tensor& x,
                                      const std::vector<torch::Tensor>& parts) {
-  const bool small = !torch::GradMode::is_enabled() && x.dim() == 2 &&
-                     x.size(0) <= kSmallGemmMaxRows && x.size(0) > 0 && x.device().is_cpu() &&
-                     x.scalar_type() == torch::kFloat32 &&
-                     parts[0].scalar_type() == torch::kFloat32 && small_gemm_supported();
-  if (!small) return {};
+  // Under CPU autocast the product belongs to LibTorch, which runs it in bf16.
+  const bool packed = !torch::GradMode::is_enabled() && x.dim() == 2 && x.size(0) > 0 &&
+                      x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
+                      parts[0].scalar_type() == torch::kFloat32 && packed_gemm_supported() &&
+                      !autocast_enabled(torch::kCPU);
+  if (!packed) return {};
   std::lock_guard<std::mutex> lock(mutex_);
   auto w = weight(parts);
   if (!panels_.defined()) panels_ = pack_panels(w);
@@ -267,7 +269,7 @@ torch::Tensor project_slices(const std::vector<torch::Tensor>& rows,
       xs.push_back(rows[i].contiguous());
     }
     if (panels.size() == slices.size())
-      return grouped_small_gemm(xs, panels, output_columns(refs[0].parts));
+      return grouped_packed_gemm(xs, panels, output_columns(refs[0].parts));
   }
   std::vector<torch::Tensor> parts;
   for (size_t i = 0; i < slices.size(); ++i)

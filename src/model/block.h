@@ -53,14 +53,14 @@ TORCH_MODULE(Attention);
 // y = x W^T, W one weight or several stacked along their output dimension so one GEMM serves
 // them all (q|k|v, gate|up). With gradients on, the stack is rebuilt on each call (autograd
 // flows through it). Without, it is cached until any part changes (tensor version counters),
-// so decoding does not copy the weights at every token; and a few fp32 rows on a CPU with
-// AVX2 go to the packed kernel of model/small_gemm.h over a panel copy cached the same way.
+// so decoding does not copy the weights at every token; and fp32 rows on a CPU with AVX2 go
+// to the packed kernel of model/packed_gemm.h over a panel copy cached the same way.
 // The caches are filled under a lock, so threads may share one model for inference.
 class Projection {
  public:
   torch::Tensor apply(const torch::Tensor& x, const std::vector<torch::Tensor>& parts);
-  // The cached panels of the stack when x may take the packed kernel (no gradients, 1 to
-  // kSmallGemmMaxRows fp32 rows on a CPU with AVX2), else an undefined tensor.
+  // The cached panels of the stack when x may take the packed kernel (no gradients, fp32 rows
+  // on a CPU with AVX2, no CPU autocast), else an undefined tensor.
   torch::Tensor panels_for(const torch::Tensor& x, const std::vector<torch::Tensor>& parts);
 
  private:

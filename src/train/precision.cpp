@@ -2,6 +2,7 @@
 
 #include <ATen/autocast_mode.h>
 
+#include "util/autocast.h"
 #include "util/error.h"
 
 namespace lol {
@@ -13,14 +14,6 @@ namespace lol {
 #endif
 
 namespace {
-
-bool autocast_enabled(torch::DeviceType type) {
-#ifdef LOL_AUTOCAST_PER_DEVICE
-  return at::autocast::is_autocast_enabled(type);
-#else
-  return type == torch::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-#endif
-}
 
 void set_autocast(torch::DeviceType type, bool enabled, at::ScalarType dtype) {
 #ifdef LOL_AUTOCAST_PER_DEVICE

@@ -1,4 +1,4 @@
-#include "model/small_gemm.h"
+#include "model/packed_gemm.h"
 
 #include <ATen/Parallel.h>
 
@@ -6,7 +6,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-#define LOL_SMALL_GEMM 1
+#define LOL_PACKED_GEMM 1
 #endif
 
 namespace lol {
@@ -16,7 +16,7 @@ namespace {
 // docs/performance.md).
 constexpr int64_t kParallelFlops = 1 << 15;
 
-#ifdef LOL_SMALL_GEMM
+#ifdef LOL_PACKED_GEMM
 // Rows [0, M) of x times panels [nb, nb + P): M x P accumulators of 8 columns, each weight
 // vector loaded once per k and used for every row. M <= 4, P <= 3: 12 + 3 + 1 <= 16 ymm
 // registers. The accumulators are named variables rather than an array: GCC keeps an array
@@ -89,8 +89,8 @@ __attribute__((target("avx2,fma"))) void panel_group(const float* x, int64_t M, 
 
 }  // namespace
 
-bool small_gemm_supported() {
-#ifdef LOL_SMALL_GEMM
+bool packed_gemm_supported() {
+#ifdef LOL_PACKED_GEMM
   static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return supported;
 #else
@@ -108,14 +108,14 @@ torch::Tensor pack_panels(const torch::Tensor& weight) {
   return padded.view({num, 8, k}).transpose(1, 2).contiguous();
 }
 
-torch::Tensor small_gemm(const torch::Tensor& x, const torch::Tensor& panels, int64_t n) {
-  return grouped_small_gemm({x}, {panels}, n);
+torch::Tensor packed_gemm(const torch::Tensor& x, const torch::Tensor& panels, int64_t n) {
+  return grouped_packed_gemm({x}, {panels}, n);
 }
 
-torch::Tensor grouped_small_gemm(const std::vector<torch::Tensor>& xs,
-                                 const std::vector<torch::Tensor>& panels, int64_t n) {
-  LOL_CHECK(small_gemm_supported(), "small_gemm needs a CPU with AVX2 and FMA");
-  LOL_CHECK(!xs.empty() && xs.size() == panels.size(), "small_gemm: one panel set per group");
+torch::Tensor grouped_packed_gemm(const std::vector<torch::Tensor>& xs,
+                                  const std::vector<torch::Tensor>& panels, int64_t n) {
+  LOL_CHECK(packed_gemm_supported(), "packed_gemm needs a CPU with AVX2 and FMA");
+  LOL_CHECK(!xs.empty() && xs.size() == panels.size(), "packed_gemm: one panel set per group");
   const int64_t K = panels[0].size(1), num = panels[0].size(0),
                 groups = static_cast<int64_t>(xs.size());
   std::vector<int64_t> first_row(groups + 1, 0);  // group g's rows of y: [first_row[g], ..[g+1])
@@ -123,15 +123,15 @@ torch::Tensor grouped_small_gemm(const std::vector<torch::Tensor>& xs,
     const auto& x = xs[g];
     LOL_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat32 &&
                   x.device().is_cpu(),
-              "small_gemm needs contiguous fp32 CPU rows");
+              "packed_gemm needs contiguous fp32 CPU rows");
     LOL_CHECK(x.size(1) == K && x.size(0) > 0 && panels[g].size(0) == num &&
                   panels[g].size(1) == K && panels[g].size(2) == 8 && n <= num * 8,
-              "small_gemm: shapes do not match");
+              "packed_gemm: shapes do not match");
     first_row[g + 1] = first_row[g] + x.size(0);
   }
   const int64_t M = first_row[groups];
   auto y = torch::empty({M, num * 8}, xs[0].options());
-#ifdef LOL_SMALL_GEMM
+#ifdef LOL_PACKED_GEMM
   float* yp = y.data_ptr<float>();
   const int64_t ldy = num * 8;
   // The (group, panel) pairs split over the threads once the products are large enough to

@@ -1,24 +1,29 @@
-// The packed few-row kernel against torch::linear, and the Projection that dispatches to it.
-#include "model/small_gemm.h"
+// The packed inference kernel against torch::linear, and the Projection that dispatches to it.
+#include "model/packed_gemm.h"
 
 #include "helpers.h"
+#include "train/precision.h"
 #include "util/runtime.h"
 
 namespace lol {
 namespace {
 
-TEST(GoldenKernels, SmallGemmMatchesLinearForEveryRowCountAndRaggedShapes) {
-  if (!small_gemm_supported()) GTEST_SKIP() << "CPU without AVX2+FMA: projections use BLAS";
+TEST(GoldenKernels, PackedGemmMatchesLinearForEveryRowCountAndRaggedShapes) {
+  if (!packed_gemm_supported()) GTEST_SKIP() << "CPU without AVX2+FMA: projections use BLAS";
   torch::manual_seed(3);
   for (int64_t n : {1, 8, 13, 40, 77})
     for (int64_t k : {1, 7, 64, 129}) {
       auto w = torch::randn({n, k});
       auto panels = pack_panels(w);
       EXPECT_EQ(panels.sizes(), (std::vector<int64_t>{(n + 7) / 8, k, 8}));
-      for (int64_t m = 1; m <= kSmallGemmMaxRows; ++m) {
+      // Every remainder of the 4-row tiles, and prefill-sized blocks of rows.
+      std::vector<int64_t> rows;
+      for (int64_t m = 1; m <= 33; ++m) rows.push_back(m);
+      for (int64_t m : {64, 130, 517}) rows.push_back(m);
+      for (int64_t m : rows) {
         auto x = torch::randn({m, k});
         auto expected = torch::nn::functional::linear(x.to(torch::kFloat64), w.to(torch::kFloat64));
-        auto got = small_gemm(x, panels, n);
+        auto got = packed_gemm(x, panels, n);
         ASSERT_EQ(got.sizes(), expected.sizes());
         EXPECT_LT(testing::max_abs_diff(got, expected), 1e-4 * std::sqrt(static_cast<double>(k)))
             << "m " << m << " n " << n << " k " << k;
@@ -28,18 +33,18 @@ TEST(GoldenKernels, SmallGemmMatchesLinearForEveryRowCountAndRaggedShapes) {
 
 // Large products split their column panels over the threads; every column is still one
 // thread's sum in the same order, so the result does not depend on the thread count.
-TEST(SmallGemm, SplittingOverThreadsGivesTheSameBits) {
-  if (!small_gemm_supported()) GTEST_SKIP() << "CPU without AVX2+FMA: projections use BLAS";
+TEST(PackedGemm, SplittingOverThreadsGivesTheSameBits) {
+  if (!packed_gemm_supported()) GTEST_SKIP() << "CPU without AVX2+FMA: projections use BLAS";
   torch::manual_seed(5);
   auto w = torch::randn({1408, 256});
   auto panels = pack_panels(w);
   const int before = at::get_num_threads();
-  for (int64_t m : {1, 5, 12, 32}) {
+  for (int64_t m : {1, 5, 12, 32, 300}) {
     auto x = torch::randn({m, 256});
     at::set_num_threads(1);
-    auto one = small_gemm(x, panels, 1408);
+    auto one = packed_gemm(x, panels, 1408);
     configure_runtime(2);
-    auto two = small_gemm(x, panels, 1408);
+    auto two = packed_gemm(x, panels, 1408);
     EXPECT_TRUE(torch::equal(one, two)) << "m " << m;
     EXPECT_LT(testing::max_abs_diff(
                   two, torch::nn::functional::linear(x.to(torch::kFloat64), w.to(torch::kFloat64))),
@@ -48,11 +53,11 @@ TEST(SmallGemm, SplittingOverThreadsGivesTheSameBits) {
   configure_runtime(before);
 }
 
-// A routed depth's experts in one grouped call: each group's rows get exactly what small_gemm
+// A routed depth's experts in one grouped call: each group's rows get exactly what packed_gemm
 // gives them alone (the same sums in the same order), whatever the row counts, the split of
 // the (group, panel) pairs over the threads, or a ragged column count.
-TEST(SmallGemm, GroupedProductsGiveEachGroupTheBitsOfItsOwnProduct) {
-  if (!small_gemm_supported()) GTEST_SKIP() << "CPU without AVX2+FMA: projections use BLAS";
+TEST(PackedGemm, GroupedProductsGiveEachGroupTheBitsOfItsOwnProduct) {
+  if (!packed_gemm_supported()) GTEST_SKIP() << "CPU without AVX2+FMA: projections use BLAS";
   torch::manual_seed(6);
   const int before = at::get_num_threads();
   for (int64_t n : {768, 13})
@@ -66,10 +71,10 @@ TEST(SmallGemm, GroupedProductsGiveEachGroupTheBitsOfItsOwnProduct) {
       }
       for (int threads : {1, 2}) {
         configure_runtime(threads);
-        auto grouped = grouped_small_gemm(xs, panels, n);
+        auto grouped = grouped_packed_gemm(xs, panels, n);
         int64_t row = 0;
         for (size_t g = 0; g < xs.size(); ++g) {
-          auto alone = small_gemm(xs[g], panels[g], n);
+          auto alone = packed_gemm(xs[g], panels[g], n);
           EXPECT_TRUE(torch::equal(grouped.narrow(0, row, xs[g].size(0)), alone))
               << "n " << n << " group " << g << " threads " << threads;
           EXPECT_LT(testing::max_abs_diff(
@@ -84,7 +89,7 @@ TEST(SmallGemm, GroupedProductsGiveEachGroupTheBitsOfItsOwnProduct) {
   configure_runtime(before);
 }
 
-TEST(SmallGemm, ProjectionRepacksWhenTheWeightChanges) {
+TEST(PackedGemm, ProjectionRepacksWhenTheWeightChanges) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(4);
   auto a = torch::randn({24, 16}), b = torch::randn({8, 16});
@@ -99,10 +104,25 @@ TEST(SmallGemm, ProjectionRepacksWhenTheWeightChanges) {
   EXPECT_LT(
       testing::max_abs_diff(projection.apply(x, {a, b}), torch::nn::functional::linear(x, fused)),
       1e-5);
-  auto many = torch::randn({40, 16});  // more rows than the kernel takes: BLAS
+  auto many = torch::randn({300, 16});  // prefill-sized
   EXPECT_LT(testing::max_abs_diff(projection.apply(many, {a, b}),
                                   torch::nn::functional::linear(many, fused)),
             1e-5);
+  {  // under CPU autocast the product is LibTorch's, in bf16
+    AutocastGuard autocast(torch::kCPU, true);
+    auto y = projection.apply(many, {a, b});
+    EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+    EXPECT_LT(
+        testing::max_abs_diff(y.to(torch::kFloat32), torch::nn::functional::linear(many, fused)),
+        0.25);
+  }
+  {  // with gradients: BLAS through autograd, which the packed kernel does not serve
+    torch::AutoGradMode grad(true);
+    auto w = a.clone().requires_grad_(true);
+    auto y = projection.apply(many, {w, b});
+    y.sum().backward();
+    EXPECT_TRUE(w.grad().defined());
+  }
 }
 
 }  // namespace

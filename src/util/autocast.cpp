@@ -1,0 +1,15 @@
+#include "util/autocast.h"
+
+#include <ATen/autocast_mode.h>
+
+namespace lol {
+
+bool autocast_enabled(torch::DeviceType type) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  return at::autocast::is_autocast_enabled(type);
+#else
+  return type == torch::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+#endif
+}
+
+}  // namespace lol

@@ -1,0 +1,11 @@
+#pragma once
+// Whether LibTorch's autocast is on for a device type, across the API change of LibTorch 2.4
+// (functions taking a device type replaced the per-backend ones; Debian's 1.13 has the older
+// form). Kernels that bypass LibTorch's operators ask it so that autocast keeps its meaning.
+#include <torch/torch.h>
+
+namespace lol {
+
+bool autocast_enabled(torch::DeviceType type);
+
+}  // namespace lol
