@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -52,44 +53,38 @@ std::string fixed(double value, int digits) {
   return out.str();
 }
 
-Peak measure_matmul_peak(int64_t size, int reps, torch::Device device, torch::ScalarType dtype) {
-  auto options = torch::TensorOptions().device(device).dtype(dtype);
-  auto a = torch::randn({size, size}, options), b = torch::randn({size, size}, options);
-  torch::mm(a, b);
+namespace {
+// `work` units per run (FLOPs, bytes) / 1e9 per second over `reps` (at least 20) runs after one
+// warmup: the median and the best.
+Peak measure_rate(int reps, torch::Device device, double work, const std::function<void()>& run) {
+  run();
   synchronize(device);
   std::vector<double> rates;
   Peak peak;
   peak.reps = std::max(reps, 20);
   for (int r = 0; r < peak.reps; ++r) {
     auto t0 = Clock::now();
-    auto c = torch::mm(a, b);
+    run();
     synchronize(device);
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    rates.push_back(2.0 * static_cast<double>(size * size * size) / s / 1e9);
+    rates.push_back(work / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9);
   }
   peak.median = percentile(rates, 0.5);
   peak.max = *std::max_element(rates.begin(), rates.end());
   return peak;
 }
+}  // namespace
+
+Peak measure_matmul_peak(int64_t size, int reps, torch::Device device, torch::ScalarType dtype) {
+  auto options = torch::TensorOptions().device(device).dtype(dtype);
+  auto a = torch::randn({size, size}, options), b = torch::randn({size, size}, options);
+  return measure_rate(reps, device, 2.0 * static_cast<double>(size * size * size),
+                      [&] { torch::mm(a, b); });
+}
 
 Peak measure_read_bandwidth(int64_t megabytes, int reps, torch::Device device) {
   const int64_t n = megabytes * (1 << 20) / 4;
   auto a = torch::ones({n}, torch::TensorOptions().device(device).dtype(torch::kFloat32));
-  a.sum();
-  synchronize(device);
-  std::vector<double> rates;
-  Peak peak;
-  peak.reps = std::max(reps, 20);
-  for (int r = 0; r < peak.reps; ++r) {
-    auto t0 = Clock::now();
-    auto total = a.sum();
-    synchronize(device);
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    rates.push_back(static_cast<double>(n) * 4 / s / 1e9);
-  }
-  peak.median = percentile(rates, 0.5);
-  peak.max = *std::max_element(rates.begin(), rates.end());
-  return peak;
+  return measure_rate(reps, device, static_cast<double>(n) * 4, [&] { a.sum(); });
 }
 
 ModelConfig family_config(ModelConfig base, const std::string& spec) {
