@@ -28,9 +28,10 @@ __attribute__((target("avx2,fma"))) void tile(const float* x, int64_t K, const f
   const __m256 zero = _mm256_setzero_ps();
   __m256 c00 = zero, c01 = zero, c02 = zero, c10 = zero, c11 = zero, c12 = zero;
   __m256 c20 = zero, c21 = zero, c22 = zero, c30 = zero, c31 = zero, c32 = zero;
+  // Panels past P are never read; their pointers stay on the first (none points past the end).
   const float* w0 = panels + nb * K * 8;
-  const float* w1 = w0 + K * 8;
-  const float* w2 = w1 + K * 8;
+  const float* w1 = P > 1 ? w0 + K * 8 : w0;
+  const float* w2 = P > 2 ? w1 + K * 8 : w0;
   for (int64_t k = 0; k < K; ++k) {
     const __m256 v0 = _mm256_loadu_ps(w0 + k * 8);
     const __m256 v1 = P > 1 ? _mm256_loadu_ps(w1 + k * 8) : zero;
