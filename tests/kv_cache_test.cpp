@@ -11,9 +11,12 @@ namespace {
 
 // Rows of different lengths (one router-only), GQA, with and without a band; the fp32 cache
 // runs the CPU kernel, a float64 cache the generic path. Long enough rows that the kernel
-// splits its (row, head) items over two threads, and the split must not change a bit.
-TEST(GoldenKernels, KvCacheCpuKernelMatchesTheGenericPathOnAnyThreadCount) {
-  const int64_t B = 6, H = 8, Hkv = 4, dh = 64;
+// splits its (row, head) items over two threads, and the split must not change a bit. Head
+// sizes with a compiled value pass (32, 64, 128) and one without (48).
+class KvCacheKernel : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(KvCacheKernel, CpuKernelMatchesTheGenericPathOnAnyThreadCount) {
+  const int64_t B = 6, H = 8, Hkv = 4, dh = GetParam();
   std::mt19937 rng(11);
   std::vector<int64_t> lengths;
   for (int64_t b = 0; b < B; ++b)
@@ -51,6 +54,11 @@ TEST(GoldenKernels, KvCacheCpuKernelMatchesTheGenericPathOnAnyThreadCount) {
   }
   configure_runtime(before);
 }
+
+INSTANTIATE_TEST_SUITE_P(GoldenKernels, KvCacheKernel, ::testing::Values(32, 48, 64, 128),
+                         [](const ::testing::TestParamInfo<int64_t>& p) {
+                           return "HeadSize" + std::to_string(p.param);
+                         });
 
 }  // namespace
 }  // namespace lol

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "model/cpu_autograd.h"
 #include "model/cpu_fast.h"
 #include "model/segment_attention.h"
 
@@ -99,6 +100,8 @@ Rotary Rotary::select(const torch::Tensor& rows) const {
 
 torch::Tensor Rotary::apply(const torch::Tensor& x) const {
   if (rotary_fast_path(x, cos, sin)) return rotary_cpu(x, cos, sin);
+  if (torch::GradMode::is_enabled() && rotary_cpu_layout(x, cos, sin))
+    return rotary_autograd(x, cos, sin);
   const int64_t half = x.size(-1) / 2;
   auto x1 = x.narrow(-1, 0, half);
   auto x2 = x.narrow(-1, half, half);

@@ -34,21 +34,34 @@ torch::Tensor swiglu_cpu(const torch::Tensor& both) {
   return y;
 }
 
-bool rotary_fast_path(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  return cpu_fast_path({&cos, &sin}) && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
-         x.dim() == 3 && x.stride(2) == 1 && x.size(2) % 2 == 0;
+bool rotary_cpu_layout(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  for (const auto* t : {&cos, &sin})
+    if (!t->device().is_cpu() || t->scalar_type() != torch::kFloat32 || !t->is_contiguous())
+      return false;
+  return x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && x.dim() == 3 &&
+         x.stride(2) == 1 && x.size(2) % 2 == 0;
 }
 
-torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps) {
+bool rotary_fast_path(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return !torch::GradMode::is_enabled() && rotary_cpu_layout(x, cos, sin);
+}
+
+torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps, torch::Tensor* inv_rms) {
   const int64_t d = x.size(-1), n = x.numel() / d;
   auto y = torch::empty_like(x);
   const float* xp = x.data_ptr<float>();
   float* yp = y.data_ptr<float>();
+  float* ip = nullptr;
+  if (inv_rms) {
+    *inv_rms = torch::empty({n}, x.options());
+    ip = inv_rms->data_ptr<float>();
+  }
   at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = xp + r * d;
       const float sum = dot(row, row, d);
       const float inv = 1.0f / std::sqrt(sum / static_cast<float>(d) + static_cast<float>(eps));
+      if (ip) ip[r] = inv;
       float* out = yp + r * d;
       for (int64_t k = 0; k < d; ++k) out[k] = row[k] * inv;
     }
@@ -78,8 +91,9 @@ torch::Tensor scale_shift_cpu(const torch::Tensor& x, const torch::Tensor& scale
   return y;
 }
 
-torch::Tensor rotary_cpu(const torch::Tensor& x, const torch::Tensor& cos,
-                         const torch::Tensor& sin) {
+torch::Tensor rotary_cpu(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                         bool inverse) {
+  const float sign = inverse ? -1.0f : 1.0f;
   const int64_t n = x.size(0), heads = x.size(1), dh = x.size(2), half = dh / 2;
   const int64_t row_stride = x.stride(0),
                 head_stride = x.stride(1);  // q, k: views of a fused q|k|v
@@ -98,8 +112,9 @@ torch::Tensor rotary_cpu(const torch::Tensor& x, const torch::Tensor& cos,
         float* y1 = yp + (r * heads + h) * dh;
         float* y2 = y1 + half;
         for (int64_t k = 0; k < half; ++k) {
-          y1[k] = x1[k] * c[k] - x2[k] * s[k];
-          y2[k] = x2[k] * c[k] + x1[k] * s[k];
+          const float sk = sign * s[k];  // exact: the forward rotation keeps its bits
+          y1[k] = x1[k] * c[k] - x2[k] * sk;
+          y2[k] = x2[k] * c[k] + x1[k] * sk;
         }
       }
     }

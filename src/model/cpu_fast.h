@@ -30,18 +30,23 @@ dot(const float* a, const float* b, int64_t n) {
 // Whether every tensor given may take the fused CPU path (no grad mode, CPU, fp32, contiguous).
 bool cpu_fast_path(std::initializer_list<const torch::Tensor*> tensors);
 
-// x (n, d) -> x / sqrt(mean(x^2) + eps), row by row.
-torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps);
+// x (n, d) -> x / sqrt(mean(x^2) + eps), row by row; inv_rms, when given, receives each
+// row's 1 / sqrt(mean(x^2) + eps) (n).
+torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps,
+                                torch::Tensor* inv_rms = nullptr);
 // x (n, d) * scale (d) [* gamma (d)] [+ beta (d)]: a norm's weight and FiLM in one pass.
 torch::Tensor scale_shift_cpu(const torch::Tensor& x, const torch::Tensor& scale,
                               const torch::Tensor* gamma, const torch::Tensor* beta);
 // SwiGLU of a fused gate|up product (n, 2F) -> silu(gate) * up (n, F).
 torch::Tensor swiglu_cpu(const torch::Tensor& both);
 // Rotary rotation of x (n, heads, dh) by cos/sin (n, dh/2): halves (x1, x2) ->
-// (x1 c - x2 s, x2 c + x1 s). x may be a strided view whose last dimension is contiguous
-// (q or k cut from a fused q|k|v); the result is contiguous.
+// (x1 c - x2 s, x2 c + x1 s), or with `inverse` the rotation back, (x1 c + x2 s, x2 c - x1 s)
+// (the gradient of the forward one). x may be a strided view whose last dimension is
+// contiguous (q or k cut from a fused q|k|v); the result is contiguous.
+// rotary_cpu_layout: the tensors suit the loop; rotary_fast_path: and no gradients are wanted.
+bool rotary_cpu_layout(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 bool rotary_fast_path(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
-torch::Tensor rotary_cpu(const torch::Tensor& x, const torch::Tensor& cos,
-                         const torch::Tensor& sin);
+torch::Tensor rotary_cpu(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                         bool inverse = false);
 
 }  // namespace lol

@@ -289,6 +289,7 @@ struct SegmentAttentionFunction : torch::autograd::Function<SegmentAttentionFunc
                                const torch::Tensor& v, const torch::Tensor& segments,
                                const torch::Tensor& visible, const torch::Tensor& rows,
                                int64_t band) {
+    profile_custom_function_forward();
     const auto p = make_problem(q, k, segments, visible, rows, band);
     auto out = forward_kernel(p, segments.size(0), q, k, v);
     ctx->save_for_backward({q, k, v, out, segments, visible, rows});
@@ -297,7 +298,6 @@ struct SegmentAttentionFunction : torch::autograd::Function<SegmentAttentionFunc
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    ProfileScope scope("attend");  // a custom node has no forward operator to be matched with
     const auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3];
     const auto p =

@@ -1,5 +1,7 @@
 #include "util/op_profile.h"
 
+#include <ATen/SequenceNumber.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -154,6 +156,18 @@ ProfileScope::ProfileScope(const char* name) {
   if (!profiling.load(std::memory_order_relaxed)) return;
   fn_.emplace(at::RecordScope::USER_SCOPE);
   if (fn_->isActive()) fn_->before(name);
+}
+
+void profile_custom_function_forward() {
+  if (!profiling.load(std::memory_order_relaxed)) return;
+  if (tls.generation != generation.load(std::memory_order_relaxed) || tls.frames.empty()) return;
+  // Function::apply creates the node, which takes the thread's next sequence number, then
+  // calls forward with gradients off (no node is made in between): the node's number is the
+  // one before the next.
+  const int64_t seq = static_cast<int64_t>(at::sequence_number::peek()) - 1;
+  auto& s = shared();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.key_of_sequence[seq] = tls.frames.back().key;
 }
 
 OpProfiler::OpProfiler() {

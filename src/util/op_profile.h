@@ -29,6 +29,11 @@ class ProfileScope {
   std::optional<at::RecordFunction> fn_;
 };
 
+// Called first in a custom autograd function's forward (torch::autograd::Function): its node's
+// backward then counts under the region this forward runs in, as a LibTorch operator's does.
+// (Such a forward runs no operator carrying the node's sequence number to match it by.)
+void profile_custom_function_forward();
+
 struct ProfileRow {
   std::string phase, part;  // part "" for the phase's own operators outside any inner region
   double forward_ms = 0;    // self time of operators run outside the backward pass

@@ -1,0 +1,201 @@
+#include "model/cpu_autograd.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "model/cpu_fast.h"
+#include "util/op_profile.h"
+
+namespace lol {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Rows per thread chunk (each row is d or 3F floats).
+constexpr int64_t kRowGrain = 64;
+
+struct RmsNormalizeFunction : torch::autograd::Function<RmsNormalizeFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, double eps) {
+    profile_custom_function_forward();
+    torch::Tensor inv;
+    auto y = rms_normalize_cpu(x, eps, &inv);  // the inference path's arithmetic, to the bit
+    ctx->save_for_backward({y, inv});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &y = saved[0], &inv = saved[1];
+    const auto dy = grads[0].contiguous();
+    const int64_t d = y.size(-1), n = y.numel() / d;
+    auto dx = torch::empty_like(y);
+    const float* yp = y.data_ptr<float>();
+    const float* ip = inv.data_ptr<float>();
+    const float* gp = dy.data_ptr<float>();
+    float* xp = dx.data_ptr<float>();
+    at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* yr = yp + r * d;
+        const float* gr = gp + r * d;
+        const float mean = dot(gr, yr, d) / static_cast<float>(d);
+        const float inv_r = ip[r];
+        float* out = xp + r * d;
+        for (int64_t k = 0; k < d; ++k) out[k] = inv_r * (gr[k] - yr[k] * mean);
+      }
+    });
+    return {dx, torch::Tensor()};
+  }
+};
+
+// y = x * w [* gamma] [+ beta] (w, gamma, beta of d); gamma or beta empty when absent (LibTorch
+// 1.13's Function::apply rejects undefined inputs).
+struct ScaleShiftFunction : torch::autograd::Function<ScaleShiftFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
+                               const torch::Tensor& gamma, const torch::Tensor& beta) {
+    profile_custom_function_forward();
+    const bool film = gamma.numel() > 0, shift = beta.numel() > 0;
+    ctx->save_for_backward({x, w, gamma});
+    ctx->saved_data["film"] = film;
+    ctx->saved_data["shift"] = shift;
+    // The inference path's arithmetic, to the bit.
+    return scale_shift_cpu(x, w, film ? &gamma : nullptr, shift ? &beta : nullptr);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1], &gamma = saved[2];
+    const bool film = ctx->saved_data["film"].toBool(), shift = ctx->saved_data["shift"].toBool();
+    const auto dy = grads[0].contiguous();
+    const int64_t d = x.size(-1), n = x.numel() / d;
+    auto dx = torch::empty_like(x);
+    // Column sums over fixed chunks of rows, added in chunk order: the same bits on any
+    // number of threads. Per chunk: d w, d gamma, d beta.
+    const int64_t chunks = (n + kRowGrain - 1) / kRowGrain;
+    std::vector<float> partial(static_cast<size_t>(chunks * 3 * d), 0.0f);
+    const float* xp = x.data_ptr<float>();
+    const float* wp = w.data_ptr<float>();
+    const float* gp = film ? gamma.data_ptr<float>() : nullptr;
+    const float* dp = dy.data_ptr<float>();
+    float* out = dx.data_ptr<float>();
+    at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        float* __restrict dw = partial.data() + c * 3 * d;
+        float* __restrict dg = dw + d;
+        float* __restrict db = dg + d;
+        for (int64_t r = c * kRowGrain; r < std::min(n, (c + 1) * kRowGrain); ++r) {
+          const float* __restrict xr = xp + r * d;
+          const float* __restrict g = dp + r * d;
+          float* __restrict o = out + r * d;
+          if (gp) {
+            for (int64_t k = 0; k < d; ++k) {
+              const float dxw = g[k] * gp[k];  // y = (x w) gamma + beta: d(x w) = dy gamma
+              o[k] = dxw * wp[k];
+              dw[k] += dxw * xr[k];
+              dg[k] += g[k] * (xr[k] * wp[k]);
+              db[k] += g[k];
+            }
+          } else {
+            for (int64_t k = 0; k < d; ++k) {
+              o[k] = g[k] * wp[k];
+              dw[k] += g[k] * xr[k];
+              db[k] += g[k];
+            }
+          }
+        }
+      }
+    });
+    auto dw = torch::zeros({d}, x.options()), dg = torch::zeros({d}, x.options()),
+         db = torch::zeros({d}, x.options());
+    float* sums[3] = {dw.data_ptr<float>(), dg.data_ptr<float>(), db.data_ptr<float>()};
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int j = 0; j < 3; ++j)
+        for (int64_t k = 0; k < d; ++k)
+          sums[j][k] += partial[static_cast<size_t>((c * 3 + j) * d + k)];
+    return {dx, dw, film ? dg : torch::Tensor(), shift ? db : torch::Tensor()};
+  }
+};
+
+struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& both) {
+    profile_custom_function_forward();
+    const int64_t hidden = both.size(-1) / 2;
+    ctx->save_for_backward({both});
+    // LibTorch's vectorised silu, as the expression this replaces.
+    return torch::silu(both.narrow(-1, 0, hidden)) * both.narrow(-1, hidden, hidden);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto both = ctx->get_saved_variables()[0];
+    const int64_t n = both.size(0), hidden = both.size(1) / 2;
+    const auto dy = grads[0].contiguous();
+    const auto sig = torch::sigmoid(both.narrow(-1, 0, hidden)).contiguous();
+    auto d_both = torch::empty_like(both);
+    const float* bp = both.data_ptr<float>();
+    const float* sp = sig.data_ptr<float>();
+    const float* gp = dy.data_ptr<float>();
+    float* dp = d_both.data_ptr<float>();
+    at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* gate = bp + r * 2 * hidden;
+        const float* up = gate + hidden;
+        const float* s = sp + r * hidden;
+        const float* g = gp + r * hidden;
+        float* d_gate = dp + r * 2 * hidden;
+        float* d_up = d_gate + hidden;
+        for (int64_t k = 0; k < hidden; ++k) {
+          // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x); d up = dy silu(gate).
+          d_gate[k] = g[k] * up[k] * (s[k] * (1.0f + gate[k] * (1.0f - s[k])));
+          d_up[k] = g[k] * (gate[k] * s[k]);
+        }
+      }
+    });
+    return {d_both};
+  }
+};
+
+struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& cos, const torch::Tensor& sin) {
+    profile_custom_function_forward();
+    ctx->save_for_backward({cos, sin});
+    return rotary_cpu(x, cos, sin);  // the inference path's arithmetic, to the bit
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    // A rotation's gradient is the rotation back.
+    const auto dy = grads[0].stride(2) == 1 ? grads[0] : grads[0].contiguous();
+    return {rotary_cpu(dy, saved[0], saved[1], /*inverse=*/true), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool cpu_autograd_path(const torch::Tensor& x) {
+  return torch::GradMode::is_enabled() && x.device().is_cpu() &&
+         x.scalar_type() == torch::kFloat32 && x.is_contiguous() && x.dim() <= 2;
+}
+
+torch::Tensor rms_normalize_autograd(const torch::Tensor& x, double eps) {
+  return RmsNormalizeFunction::apply(x, eps);
+}
+
+torch::Tensor scale_shift_autograd(const torch::Tensor& x, const torch::Tensor& w,
+                                   const torch::Tensor* gamma, const torch::Tensor* beta) {
+  const auto none = torch::empty({0}, x.options());
+  return ScaleShiftFunction::apply(x, w, gamma ? *gamma : none, beta ? *beta : none);
+}
+
+torch::Tensor rotary_autograd(const torch::Tensor& x, const torch::Tensor& cos,
+                              const torch::Tensor& sin) {
+  return RotaryFunction::apply(x, cos, sin);
+}
+
+torch::Tensor swiglu_autograd(const torch::Tensor& both) {
+  return SwigluFunction::apply(both);
+}
+
+}  // namespace lol

@@ -1,0 +1,145 @@
+// The fused CPU training functions (RMS normalisation, SwiGLU) against the LibTorch expressions
+// they replace, evaluated in float64 under autograd: outputs and input gradients for a random
+// upstream gradient, on one thread and two (the same bits), and the block functions taking
+// them whenever gradients are on.
+#include "model/cpu_autograd.h"
+
+#include "helpers.h"
+#include "model/attention.h"
+#include "model/block.h"
+#include "util/runtime.h"
+
+namespace lol {
+namespace {
+
+struct Result {
+  torch::Tensor out, grad;
+};
+
+// f(x) and d(sum(f(x) * upstream))/dx.
+Result forward_backward(const std::function<torch::Tensor(const torch::Tensor&)>& f,
+                        const torch::Tensor& x, const torch::Tensor& upstream) {
+  auto leaf = x.detach().clone().requires_grad_(true);
+  auto out = f(leaf);
+  (out * upstream.to(out.scalar_type())).sum().backward();
+  return {out.detach(), leaf.grad()};
+}
+
+// Rows more than one thread chunk, a row width off the vector lanes.
+void expect_matches_reference(const std::function<torch::Tensor(const torch::Tensor&)>& fused,
+                              const std::function<torch::Tensor(const torch::Tensor&)>& reference,
+                              int64_t rows, int64_t in_cols, int64_t out_cols) {
+  torch::manual_seed(3);
+  auto x = torch::randn({rows, in_cols}) * 2;
+  auto upstream = torch::randn({rows, out_cols});
+  const int before = at::get_num_threads();
+  configure_runtime(1);
+  auto one = forward_backward(fused, x, upstream);
+  configure_runtime(2);
+  auto two = forward_backward(fused, x, upstream);
+  configure_runtime(before);
+  auto ref = forward_backward(reference, x.to(torch::kFloat64), upstream.to(torch::kFloat64));
+  EXPECT_TRUE(torch::equal(one.out, two.out));
+  EXPECT_TRUE(torch::equal(one.grad, two.grad));
+  EXPECT_LT(testing::max_abs_diff(one.out, ref.out), 1e-5 * ref.out.abs().max().item<double>());
+  EXPECT_LT(testing::max_abs_diff(one.grad, ref.grad), 1e-5 * ref.grad.abs().max().item<double>());
+}
+
+TEST(GoldenKernels, FusedRmsNormalizeMatchesTheExpressionForwardAndBackward) {
+  const double eps = 1e-5;
+  expect_matches_reference([&](const torch::Tensor& x) { return rms_normalize_autograd(x, eps); },
+                           [&](const torch::Tensor& x) {
+                             return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
+                           },
+                           203, 52, 52);
+}
+
+TEST(GoldenKernels, FusedSwigluMatchesTheExpressionForwardAndBackward) {
+  expect_matches_reference([](const torch::Tensor& x) { return swiglu_autograd(x); },
+                           [](const torch::Tensor& x) {
+                             const int64_t f = x.size(-1) / 2;
+                             return torch::silu(x.narrow(-1, 0, f)) * x.narrow(-1, f, f);
+                           },
+                           203, 2 * 45, 45);
+}
+
+// A norm weight alone, with FiLM's scale, and with FiLM's scale and shift: the output and the
+// gradients of x and of every vector.
+TEST(GoldenKernels, FusedScaleShiftMatchesTheExpressionForwardAndBackward) {
+  const int64_t n = 203, d = 52;
+  torch::manual_seed(9);
+  const auto x = torch::randn({n, d}), upstream = torch::randn({n, d});
+  const auto w = torch::randn({d}), gamma = torch::randn({d}), beta = torch::randn({d});
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool film = variant >= 1, shift = variant == 2;
+    auto run = [&](torch::ScalarType dtype, bool fused, int threads) {
+      std::vector<torch::Tensor> leaves;
+      for (const auto* t : {&x, &w, &gamma, &beta})
+        leaves.push_back(t->to(dtype).detach().clone().requires_grad_(true));
+      const int before = at::get_num_threads();
+      configure_runtime(threads);
+      torch::Tensor out;
+      if (fused)
+        out = scale_shift_autograd(leaves[0], leaves[1], film ? &leaves[2] : nullptr,
+                                   shift ? &leaves[3] : nullptr);
+      else
+        out = film ? leaves[0] * leaves[1] * leaves[2] : leaves[0] * leaves[1];
+      if (!fused && shift) out = out + leaves[3];
+      (out * upstream.to(dtype)).sum().backward();
+      configure_runtime(before);
+      std::vector<torch::Tensor> r{out.detach()};
+      for (int i = 0; i < 4; ++i)
+        r.push_back(leaves[static_cast<size_t>(i)].grad().defined()
+                        ? leaves[static_cast<size_t>(i)].grad()
+                        : torch::zeros_like(leaves[static_cast<size_t>(i)]));
+      return r;
+    };
+    auto one = run(torch::kFloat32, true, 1), two = run(torch::kFloat32, true, 2);
+    auto ref = run(torch::kFloat64, false, 1);
+    for (size_t i = 0; i < ref.size(); ++i) {
+      EXPECT_TRUE(torch::equal(one[i], two[i])) << "variant " << variant << " tensor " << i;
+      EXPECT_LT(testing::max_abs_diff(one[i], ref[i]),
+                1e-5 * std::max(1.0, ref[i].abs().max().item<double>()))
+          << "variant " << variant << " tensor " << i;
+    }
+  }
+}
+
+// q cut from a fused q|k|v (a strided view), as attention rotates it.
+TEST(GoldenKernels, FusedRotaryMatchesTheExpressionForwardAndBackward) {
+  const int64_t heads = 3, dh = 10, n = 203;
+  torch::manual_seed(5);
+  const auto cos = torch::randn({n, dh / 2}), sin = torch::randn({n, dh / 2});
+  auto q_of = [&](const torch::Tensor& fused) {
+    return fused.narrow(1, 0, heads * dh).reshape({n, heads, dh});
+  };
+  expect_matches_reference(
+      [&](const torch::Tensor& x) {
+        auto q = q_of(x);
+        EXPECT_FALSE(q.is_contiguous());
+        return rotary_autograd(q, cos, sin).reshape({n, heads * dh});
+      },
+      [&](const torch::Tensor& x) {
+        auto q = q_of(x);
+        auto x1 = q.narrow(-1, 0, dh / 2), x2 = q.narrow(-1, dh / 2, dh / 2);
+        auto c = cos.unsqueeze(1).to(x.scalar_type()), s = sin.unsqueeze(1).to(x.scalar_type());
+        return torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1).reshape({n, heads * dh});
+      },
+      n, 3 * heads * dh, heads * dh);
+}
+
+// The block functions and attention's rotary route gradient-tracking fp32 CPU inputs through the
+// fused functions (and only those: a double input keeps the expression).
+TEST(CpuAutograd, BlockFunctionsTakeTheFusedFunctionsUnderGradients) {
+  auto x = torch::randn({4, 8}, torch::requires_grad());
+  EXPECT_NE(rms_normalize(x, 1e-5).grad_fn()->name().find("RmsNormalize"), std::string::npos);
+  EXPECT_NE(swiglu(x).grad_fn()->name().find("Swiglu"), std::string::npos);
+  const auto rotary = Rotary::at_positions(torch::arange(4, torch::kInt64), 8, 10000.0);
+  auto q = torch::randn({4, 2, 8}, torch::requires_grad());
+  EXPECT_NE(rotary.apply(q).grad_fn()->name().find("Rotary"), std::string::npos);
+  auto d = torch::randn({4, 8}, torch::dtype(torch::kFloat64).requires_grad(true));
+  EXPECT_EQ(rms_normalize(d, 1e-5).grad_fn()->name().find("RmsNormalize"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lol
