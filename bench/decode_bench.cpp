@@ -48,9 +48,13 @@ void bench_decode(const DecodeBenchOptions& o) {
         p.tokens.push_back((i * 7919 + salt * 104729) % config.vocab_size);
       return p;
     };
-    auto time_steps = [&](Decoder& decoder, std::vector<double>& ms, std::vector<double>& core,
-                          std::vector<double>& other, double& calls, double& bytes,
-                          double& read_bytes, double& flops) {
+    // Times `steps` decode steps (after two untimed ones) into the row: latency percentiles, the
+    // core's share, and per step the blocks run, the weights and caches read, the FLOPs and
+    // the floor they set (bytes at the measured bandwidth or FLOPs at the measured matmul
+    // peak, whichever takes longer; both medians). Weight MB are per token of the row.
+    auto time_steps = [&](Decoder& decoder, Row& row) {
+      std::vector<double> ms, core, other;
+      double weight_bytes = 0, read_bytes = 0, flops = 0;
       std::vector<int64_t> next(decoder.batch(), 1);
       for (int s = 0; s < steps + 2; ++s) {
         auto t0 = Clock::now();
@@ -58,19 +62,21 @@ void bench_decode(const DecodeBenchOptions& o) {
         synchronize(device);
         const double t = std::chrono::duration<double>(Clock::now() - t0).count() * 1e3;
         if (s < 2) continue;  // warm-up
-        ms.push_back(t);
-        core.push_back(decoder.last_step().core_seconds * 1e3);
-        other.push_back(decoder.last_step().other_seconds * 1e3);
-        calls += static_cast<double>(decoder.last_step().block_calls) / steps;
         const auto& stats = decoder.last_step();
-        bytes += static_cast<double>(stats.weight_bytes) / steps;
+        ms.push_back(t);
+        core.push_back(stats.core_seconds * 1e3);
+        other.push_back(stats.other_seconds * 1e3);
+        row.block_calls += static_cast<double>(stats.block_calls) / steps;
+        weight_bytes += static_cast<double>(stats.weight_bytes) / steps;
         read_bytes += static_cast<double>(stats.weight_bytes + stats.cache_bytes) / steps;
         flops += stats.flops / steps;
       }
-    };
-    // The step's floor: the bytes it reads at the measured bandwidth or its FLOPs at the
-    // measured matmul peak, whichever takes longer (both medians).
-    auto set_floor = [&](Row& row, double read_bytes, double flops) {
+      row.p50_ms = percentile(ms, 0.5);
+      row.p95_ms = percentile(ms, 0.95);
+      row.tokens_per_s = static_cast<double>(row.batch) * 1e3 / row.p50_ms;
+      row.core_p50_ms = percentile(core, 0.5);
+      row.other_p50_ms = percentile(other, 0.5);
+      row.weight_mb_per_token = weight_bytes / 1e6 / static_cast<double>(row.batch);
       row.mb_per_step = read_bytes / 1e6;
       row.gflop_per_step = flops / 1e9;
       row.floor_ms =
@@ -88,9 +94,8 @@ void bench_decode(const DecodeBenchOptions& o) {
       synchronize(device);
       const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
       rows.push_back({family, "prefill", C, 1, static_cast<double>(C) / prefill_s});
-      std::vector<double> ms, core, other;
-      double calls = 0, bytes = 0, read_bytes = 0, flops = 0;
-      time_steps(decoder, ms, core, other, calls, bytes, read_bytes, flops);
+      Row row{family, "decode", C, 1};
+      time_steps(decoder, row);
       std::vector<double> recompute;
       for (int r = 0; r < reps; ++r) {
         Layout layout(Batch::single(random_prompt(C + 1, 2).tokens), config.vocab_size, device);
@@ -99,16 +104,7 @@ void bench_decode(const DecodeBenchOptions& o) {
         synchronize(device);
         recompute.push_back(std::chrono::duration<double>(Clock::now() - t1).count() * 1e3);
       }
-      Row row{family, "decode", C, 1};
-      row.p50_ms = percentile(ms, 0.5);
-      row.p95_ms = percentile(ms, 0.95);
-      row.tokens_per_s = 1e3 / row.p50_ms;
-      row.core_p50_ms = percentile(core, 0.5);
-      row.other_p50_ms = percentile(other, 0.5);
       row.recompute_ms = percentile(recompute, 0.5);
-      row.block_calls = calls;
-      row.weight_mb_per_token = bytes / 1e6;
-      set_floor(row, read_bytes, flops);
       rows.push_back(row);
     }
     const int64_t C = std::min<int64_t>(512, longest);
@@ -117,18 +113,8 @@ void bench_decode(const DecodeBenchOptions& o) {
       std::vector<Prompt> prompts;
       for (int64_t b = 0; b < B; ++b) prompts.push_back(random_prompt(C, b + 3));
       decoder.prefill(prompts);
-      std::vector<double> ms, core, other;
-      double calls = 0, bytes = 0, read_bytes = 0, flops = 0;
-      time_steps(decoder, ms, core, other, calls, bytes, read_bytes, flops);
       Row row{family, "batch", C, B};
-      row.p50_ms = percentile(ms, 0.5);
-      row.p95_ms = percentile(ms, 0.95);
-      row.tokens_per_s = static_cast<double>(B) * 1e3 / row.p50_ms;
-      row.core_p50_ms = percentile(core, 0.5);
-      row.other_p50_ms = percentile(other, 0.5);
-      row.block_calls = calls;
-      row.weight_mb_per_token = bytes / 1e6 / static_cast<double>(B);
-      set_floor(row, read_bytes, flops);
+      time_steps(decoder, row);
       if (o.profile) {
         std::vector<int64_t> next(decoder.batch(), 1);
         std::optional<OpProfiler> profiler(std::in_place);
