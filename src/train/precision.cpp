@@ -7,12 +7,8 @@
 
 namespace lol {
 
-// The autocast API changed in LibTorch 2.4 (functions taking a device type replace the
-// per-backend ones); 1.13 from Debian has the older form.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-#define LOL_AUTOCAST_PER_DEVICE 1
-#endif
-
+// The autocast API changed in LibTorch 2.4: util/autocast.h defines LOL_AUTOCAST_PER_DEVICE
+// for the newer form.
 namespace {
 
 void set_autocast(torch::DeviceType type, bool enabled, at::ScalarType dtype) {

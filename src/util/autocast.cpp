@@ -5,7 +5,7 @@
 namespace lol {
 
 bool autocast_enabled(torch::DeviceType type) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#ifdef LOL_AUTOCAST_PER_DEVICE
   return at::autocast::is_autocast_enabled(type);
 #else
   return type == torch::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();

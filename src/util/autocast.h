@@ -4,6 +4,10 @@
 // form). Kernels that bypass LibTorch's operators ask it so that autocast keeps its meaning.
 #include <torch/torch.h>
 
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define LOL_AUTOCAST_PER_DEVICE 1
+#endif
+
 namespace lol {
 
 bool autocast_enabled(torch::DeviceType type);
