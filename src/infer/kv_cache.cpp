@@ -150,12 +150,6 @@ namespace {
 #define LOL_CPU_CLONES
 #endif
 
-#if defined(__GNUC__) || defined(__clang__)
-#define LOL_ALWAYS_INLINE __attribute__((always_inline)) inline
-#else
-#define LOL_ALWAYS_INLINE inline
-#endif
-
 // o = (sum over slots t of w[t] v[t]) * inv_total, for a head size known at compile time: the
 // sum stays in a local array the compiler keeps in registers, four slots per iteration. (A
 // loop that adds into o itself loads and stores o for every slot, since o might alias the

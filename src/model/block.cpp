@@ -12,7 +12,7 @@ namespace lol {
 
 torch::Tensor rms_normalize(const torch::Tensor& x, double eps) {
   if (cpu_fast_path({&x})) return rms_normalize_cpu(x, eps);
-  if (cpu_autograd_path(x)) return rms_normalize_autograd(x, eps);
+  if (cpu_autograd_path({&x})) return rms_normalize_autograd(x, eps);
   return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
 }
 
@@ -109,7 +109,7 @@ constexpr int64_t kSwigluFastValues = 16384;  // gate and up values: ~11 rows at
 torch::Tensor swiglu(const torch::Tensor& both) {
   // The fused loop's exp is scalar; LibTorch's vectorised one wins from a few thousand values.
   if (both.numel() <= kSwigluFastValues && cpu_fast_path({&both})) return swiglu_cpu(both);
-  if (cpu_autograd_path(both) && both.dim() == 2) return swiglu_autograd(both);
+  if (cpu_autograd_path({&both}) && both.dim() == 2) return swiglu_autograd(both);
   const int64_t hidden = both.size(-1) / 2;
   return torch::silu(both.narrow(-1, 0, hidden)) * both.narrow(-1, hidden, hidden);
 }
@@ -179,8 +179,7 @@ torch::Tensor BlockImpl::sublayer_input(const torch::Tensor& normalized, const R
                                         const torch::Tensor* gamma, const torch::Tensor* beta) {
   if (cpu_fast_path({&normalized, &norm->weight, gamma, beta}))
     return scale_shift_cpu(normalized, norm->weight, gamma, beta);
-  if (cpu_autograd_path(normalized) && cpu_autograd_path(norm->weight) &&
-      (!gamma || cpu_autograd_path(*gamma)) && (!beta || cpu_autograd_path(*beta)))
+  if (cpu_autograd_path({&normalized, &norm->weight, gamma, beta}))
     return scale_shift_autograd(normalized, norm->weight, gamma, beta);
   if (!gamma) return normalized * norm->weight;
   return normalized * norm->weight * *gamma + *beta;

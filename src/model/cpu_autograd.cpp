@@ -14,9 +14,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Rows per thread chunk (each row is d or 3F floats).
-constexpr int64_t kRowGrain = 64;
-
 struct RmsNormalizeFunction : torch::autograd::Function<RmsNormalizeFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, double eps) {
     profile_custom_function_forward();
@@ -36,7 +33,7 @@ struct RmsNormalizeFunction : torch::autograd::Function<RmsNormalizeFunction> {
     const float* ip = inv.data_ptr<float>();
     const float* gp = dy.data_ptr<float>();
     float* xp = dx.data_ptr<float>();
-    at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, n, kCpuRowGrain, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const float* yr = yp + r * d;
         const float* gr = gp + r * d;
@@ -73,7 +70,7 @@ struct ScaleShiftFunction : torch::autograd::Function<ScaleShiftFunction> {
     auto dx = torch::empty_like(x);
     // Column sums over fixed chunks of rows, added in chunk order: the same bits on any
     // number of threads. Per chunk: d w, d gamma, d beta.
-    const int64_t chunks = (n + kRowGrain - 1) / kRowGrain;
+    const int64_t chunks = (n + kCpuRowGrain - 1) / kCpuRowGrain;
     std::vector<float> partial(static_cast<size_t>(chunks * 3 * d), 0.0f);
     const float* xp = x.data_ptr<float>();
     const float* wp = w.data_ptr<float>();
@@ -85,7 +82,7 @@ struct ScaleShiftFunction : torch::autograd::Function<ScaleShiftFunction> {
         float* __restrict dw = partial.data() + c * 3 * d;
         float* __restrict dg = dw + d;
         float* __restrict db = dg + d;
-        for (int64_t r = c * kRowGrain; r < std::min(n, (c + 1) * kRowGrain); ++r) {
+        for (int64_t r = c * kCpuRowGrain; r < std::min(n, (c + 1) * kCpuRowGrain); ++r) {
           const float* __restrict xr = xp + r * d;
           const float* __restrict g = dp + r * d;
           float* __restrict o = out + r * d;
@@ -137,7 +134,7 @@ struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
     const float* sp = sig.data_ptr<float>();
     const float* gp = dy.data_ptr<float>();
     float* dp = d_both.data_ptr<float>();
-    at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, n, kCpuRowGrain, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const float* gate = bp + r * 2 * hidden;
         const float* up = gate + hidden;
@@ -174,9 +171,8 @@ struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
 
 }  // namespace
 
-bool cpu_autograd_path(const torch::Tensor& x) {
-  return torch::GradMode::is_enabled() && x.device().is_cpu() &&
-         x.scalar_type() == torch::kFloat32 && x.is_contiguous() && x.dim() <= 2;
+bool cpu_autograd_path(std::initializer_list<const torch::Tensor*> tensors) {
+  return torch::GradMode::is_enabled() && cpu_fp32_contiguous(tensors);
 }
 
 torch::Tensor rms_normalize_autograd(const torch::Tensor& x, double eps) {

@@ -12,9 +12,9 @@
 
 namespace lol {
 
-// Whether x may take the fused training functions: gradients on, CPU, fp32, contiguous, at
-// most two dimensions (rows, or a vector of weights).
-bool cpu_autograd_path(const torch::Tensor& x);
+// Whether every tensor given (null ones skipped) may take the fused training functions:
+// gradients on, contiguous fp32 CPU tensors (cpu_fp32_contiguous in model/cpu_fast.h).
+bool cpu_autograd_path(std::initializer_list<const torch::Tensor*> tensors);
 
 // x (n, d) -> x / sqrt(mean(x^2) + eps), row by row; its backward is one pass,
 // dx = r (dy - y mean(dy y)) with r the row's 1 / rms.

@@ -5,17 +5,16 @@
 #include <cmath>
 
 namespace lol {
-namespace {
-// Rows per thread chunk: a decode step's few rows stay on the calling thread.
-constexpr int64_t kRowGrain = 64;
-}  // namespace
 
-bool cpu_fast_path(std::initializer_list<const torch::Tensor*> tensors) {
-  if (torch::GradMode::is_enabled()) return false;
+bool cpu_fp32_contiguous(std::initializer_list<const torch::Tensor*> tensors) {
   for (const auto* t : tensors)
     if (t && (!t->device().is_cpu() || t->scalar_type() != torch::kFloat32 || !t->is_contiguous()))
       return false;
   return true;
+}
+
+bool cpu_fast_path(std::initializer_list<const torch::Tensor*> tensors) {
+  return !torch::GradMode::is_enabled() && cpu_fp32_contiguous(tensors);
 }
 
 torch::Tensor swiglu_cpu(const torch::Tensor& both) {
@@ -23,7 +22,7 @@ torch::Tensor swiglu_cpu(const torch::Tensor& both) {
   auto y = torch::empty({n, hidden}, both.options());
   const float* bp = both.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, kCpuRowGrain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* gate = bp + r * 2 * hidden;
       const float* up = gate + hidden;
@@ -35,11 +34,9 @@ torch::Tensor swiglu_cpu(const torch::Tensor& both) {
 }
 
 bool rotary_cpu_layout(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  for (const auto* t : {&cos, &sin})
-    if (!t->device().is_cpu() || t->scalar_type() != torch::kFloat32 || !t->is_contiguous())
-      return false;
-  return x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && x.dim() == 3 &&
-         x.stride(2) == 1 && x.size(2) % 2 == 0;
+  return cpu_fp32_contiguous({&cos, &sin}) && x.device().is_cpu() &&
+         x.scalar_type() == torch::kFloat32 && x.dim() == 3 && x.stride(2) == 1 &&
+         x.size(2) % 2 == 0;
 }
 
 bool rotary_fast_path(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
@@ -56,7 +53,7 @@ torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps, torch::Tenso
     *inv_rms = torch::empty({n}, x.options());
     ip = inv_rms->data_ptr<float>();
   }
-  at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, kCpuRowGrain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = xp + r * d;
       const float sum = dot(row, row, d);
@@ -78,7 +75,7 @@ torch::Tensor scale_shift_cpu(const torch::Tensor& x, const torch::Tensor& scale
   const float* gp = gamma ? gamma->data_ptr<float>() : nullptr;
   const float* bp = beta ? beta->data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, kCpuRowGrain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = xp + r * d;
       float* out = yp + r * d;
@@ -102,7 +99,7 @@ torch::Tensor rotary_cpu(const torch::Tensor& x, const torch::Tensor& cos, const
   const float* cp = cos.data_ptr<float>();
   const float* sp = sin.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, kCpuRowGrain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* c = cp + r * half;
       const float* s = sp + r * half;

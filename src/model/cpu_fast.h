@@ -9,14 +9,21 @@
 
 namespace lol {
 
-// a . b over n floats with eight running sums, so the loop vectorises without reassociating
-// one reduction. Always inlined, so callers compiled for wider vectors (the attention
-// kernel's target clones) get them here too.
+// Forces inlining, so that helpers called from a function compiled for wider vectors (the
+// attention kernel's target clones) are compiled for them too.
 #if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline))
+#define LOL_ALWAYS_INLINE __attribute__((always_inline)) inline
+#else
+#define LOL_ALWAYS_INLINE inline
 #endif
-inline float
-dot(const float* a, const float* b, int64_t n) {
+
+// Rows per thread chunk of the row loops here and in model/cpu_autograd.h: a decode step's few
+// rows stay on the calling thread.
+constexpr int64_t kCpuRowGrain = 64;
+
+// a . b over n floats with eight running sums, so the loop vectorises without reassociating
+// one reduction. Always inlined (see LOL_ALWAYS_INLINE).
+LOL_ALWAYS_INLINE float dot(const float* a, const float* b, int64_t n) {
   float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -27,7 +34,9 @@ dot(const float* a, const float* b, int64_t n) {
   return total;
 }
 
-// Whether every tensor given may take the fused CPU path (no grad mode, CPU, fp32, contiguous).
+// Whether every tensor given (null ones skipped) is a contiguous fp32 CPU tensor.
+bool cpu_fp32_contiguous(std::initializer_list<const torch::Tensor*> tensors);
+// Whether every tensor given may take the fused CPU path: no grad mode, cpu_fp32_contiguous.
 bool cpu_fast_path(std::initializer_list<const torch::Tensor*> tensors);
 
 // x (n, d) -> x / sqrt(mean(x^2) + eps), row by row; inv_rms, when given, receives each
