@@ -4,9 +4,12 @@
 // them whenever gradients are on.
 #include "model/cpu_autograd.h"
 
+#include <set>
+
 #include "helpers.h"
 #include "model/attention.h"
 #include "model/block.h"
+#include "model/sliced_linear.h"
 #include "util/runtime.h"
 
 namespace lol {
@@ -63,35 +66,49 @@ TEST(GoldenKernels, FusedSwigluMatchesTheExpressionForwardAndBackward) {
                            203, 2 * 45, 45);
 }
 
-// A norm weight alone, with FiLM's scale, and with FiLM's scale and shift: the output and the
-// gradients of x and of every vector.
+// Norm weights alone, with FiLM's scale, and with FiLM's scale and shift, over three slices of
+// rows with their own weights (as a routed depth's experts; slice edges inside thread chunks):
+// the output and the gradients of x and of every vector.
 TEST(GoldenKernels, FusedScaleShiftMatchesTheExpressionForwardAndBackward) {
   const int64_t n = 203, d = 52;
+  const std::vector<int64_t> counts{70, 1, 132};
   torch::manual_seed(9);
   const auto x = torch::randn({n, d}), upstream = torch::randn({n, d});
-  const auto w = torch::randn({d}), gamma = torch::randn({d}), beta = torch::randn({d});
+  const std::vector<torch::Tensor> inputs{x,
+                                          torch::randn({d}),
+                                          torch::randn({d}),
+                                          torch::randn({d}),
+                                          torch::randn({d}),
+                                          torch::randn({d})};
   for (int variant = 0; variant < 3; ++variant) {
     const bool film = variant >= 1, shift = variant == 2;
     auto run = [&](torch::ScalarType dtype, bool fused, int threads) {
-      std::vector<torch::Tensor> leaves;
-      for (const auto* t : {&x, &w, &gamma, &beta})
-        leaves.push_back(t->to(dtype).detach().clone().requires_grad_(true));
+      std::vector<torch::Tensor> leaves;  // x, w0, w1, w2, gamma, beta
+      for (const auto& t : inputs)
+        leaves.push_back(t.to(dtype).detach().clone().requires_grad_(true));
+      const std::vector<torch::Tensor> ws{leaves[1], leaves[2], leaves[3]};
+      const auto *gamma = film ? &leaves[4] : nullptr, *beta = shift ? &leaves[5] : nullptr;
       const int before = at::get_num_threads();
       configure_runtime(threads);
       torch::Tensor out;
-      if (fused)
-        out = scale_shift_autograd(leaves[0], leaves[1], film ? &leaves[2] : nullptr,
-                                   shift ? &leaves[3] : nullptr);
-      else
-        out = film ? leaves[0] * leaves[1] * leaves[2] : leaves[0] * leaves[1];
-      if (!fused && shift) out = out + leaves[3];
+      if (fused) {
+        out = scale_shift_autograd(leaves[0], ws, counts, gamma, beta);
+      } else {
+        std::vector<torch::Tensor> parts;
+        for (int64_t s = 0, offset = 0; s < 3; offset += counts[static_cast<size_t>(s)], ++s) {
+          auto y = leaves[0].narrow(0, offset, counts[static_cast<size_t>(s)]) *
+                   ws[static_cast<size_t>(s)];
+          if (gamma) y = y * *gamma;
+          if (beta) y = y + *beta;
+          parts.push_back(y);
+        }
+        out = torch::cat(parts, 0);
+      }
       (out * upstream.to(dtype)).sum().backward();
       configure_runtime(before);
       std::vector<torch::Tensor> r{out.detach()};
-      for (int i = 0; i < 4; ++i)
-        r.push_back(leaves[static_cast<size_t>(i)].grad().defined()
-                        ? leaves[static_cast<size_t>(i)].grad()
-                        : torch::zeros_like(leaves[static_cast<size_t>(i)]));
+      for (const auto& leaf : leaves)
+        r.push_back(leaf.grad().defined() ? leaf.grad() : torch::zeros_like(leaf));
       return r;
     };
     auto one = run(torch::kFloat32, true, 1), two = run(torch::kFloat32, true, 2);
@@ -103,6 +120,59 @@ TEST(GoldenKernels, FusedScaleShiftMatchesTheExpressionForwardAndBackward) {
           << "variant " << variant << " tensor " << i;
     }
   }
+}
+
+// Three slices of rows (one of a single row), each through its own weight of two stacked
+// parts, against a linear per slice over the cat of its parts and a cat of the outputs: the
+// output and the gradients of x and of every part.
+TEST(GoldenKernels, SlicedLinearMatchesPerSliceLinearsForwardAndBackward) {
+  const int64_t n = 203, in = 24;
+  const std::vector<int64_t> counts{50, 1, 152};
+  torch::manual_seed(13);
+  std::vector<torch::Tensor> inputs{torch::randn({n, in})};
+  for (int s = 0; s < 3; ++s) {
+    inputs.push_back(torch::randn({10, in}));
+    inputs.push_back(torch::randn({6, in}));
+  }
+  const auto upstream = torch::randn({n, 16});
+  auto run = [&](torch::ScalarType dtype, bool fused) {
+    std::vector<torch::Tensor> leaves;
+    for (const auto& t : inputs)
+      leaves.push_back(t.to(dtype).detach().clone().requires_grad_(true));
+    torch::Tensor out;
+    if (fused) {
+      std::vector<SlicedWeight> weights;
+      for (size_t s = 0; s < 3; ++s) {
+        std::vector<torch::Tensor> parts{leaves[1 + 2 * s], leaves[2 + 2 * s]};
+        weights.push_back({parts, torch::cat(parts, 0).detach()});
+      }
+      out = sliced_linear(leaves[0], counts, weights);
+    } else {
+      std::vector<torch::Tensor> outs;
+      for (int64_t s = 0, offset = 0; s < 3; offset += counts[static_cast<size_t>(s)], ++s) {
+        auto w = torch::cat(
+            {leaves[static_cast<size_t>(1 + 2 * s)], leaves[static_cast<size_t>(2 + 2 * s)]}, 0);
+        outs.push_back(torch::nn::functional::linear(
+            leaves[0].narrow(0, offset, counts[static_cast<size_t>(s)]), w));
+      }
+      out = torch::cat(outs, 0);
+    }
+    (out * upstream.to(dtype)).sum().backward();
+    std::vector<torch::Tensor> r{out.detach()};
+    for (const auto& leaf : leaves) r.push_back(leaf.grad());
+    return r;
+  };
+  auto fused = run(torch::kFloat32, true), ref = run(torch::kFloat64, false);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_TRUE(fused[i].defined()) << "tensor " << i;
+    EXPECT_LT(testing::max_abs_diff(fused[i], ref[i]), 1e-5 * ref[i].abs().max().item<double>())
+        << "tensor " << i;
+  }
+  // Bad slices are refused with a message.
+  EXPECT_THROW(
+      sliced_linear(inputs[0], {50, 1, 151},
+                    {{{inputs[1]}, inputs[1]}, {{inputs[1]}, inputs[1]}, {{inputs[1]}, inputs[1]}}),
+      std::exception);
 }
 
 // q cut from a fused q|k|v (a strided view), as attention rotates it.
@@ -139,6 +209,46 @@ TEST(CpuAutograd, BlockFunctionsTakeTheFusedFunctionsUnderGradients) {
   EXPECT_NE(rotary.apply(q).grad_fn()->name().find("Rotary"), std::string::npos);
   auto d = torch::randn({4, 8}, torch::dtype(torch::kFloat64).requires_grad(true));
   EXPECT_EQ(rms_normalize(d, 1e-5).grad_fn()->name().find("RmsNormalize"), std::string::npos);
+}
+
+// The names of the autograd nodes behind t.
+std::set<std::string> graph_nodes(const torch::Tensor& t) {
+  std::set<std::string> names;
+  std::vector<torch::autograd::Node*> stack{t.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  while (!stack.empty()) {
+    auto* node = stack.back();
+    stack.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    names.insert(node->name());
+    for (const auto& edge : node->next_edges()) stack.push_back(edge.function.get());
+  }
+  return names;
+}
+
+// Two blocks over two slices of rows under gradients: every product one sliced product and the
+// norm weights with FiLM one scale-shift node, so no rows are concatenated.
+TEST(CpuAutograd, RoutedBlocksTakeTheSlicedProductsUnderGradients) {
+  const auto c = testing::tiny_config();
+  Block a(c), b(c);
+  auto x = torch::randn({7, c.d_model}, torch::requires_grad());
+  FilmRows film{torch::ones({c.d_model}, torch::requires_grad()), torch::zeros({c.d_model}),
+                torch::ones({c.d_model}), torch::zeros({c.d_model})};
+  auto y = run_slices(x, {{a, 0, 3}, {b, 3, 4}}, &film, [](const BlockImpl::QKV& qkv) {
+    return qkv.v.repeat({1, qkv.q.size(1) / qkv.v.size(1), 1}).reshape({qkv.q.size(0), -1});
+  });
+  const auto names = graph_nodes(y);
+  int sliced = 0, scale_shift = 0;
+  for (const auto& name : names) {
+    sliced += name.find("SlicedLinear") != std::string::npos;
+    scale_shift += name.find("ScaleShift") != std::string::npos;
+    EXPECT_EQ(name.find("Cat"), std::string::npos) << name;
+  }
+  EXPECT_EQ(sliced, 1);  // one class of node; four instances
+  EXPECT_EQ(scale_shift, 1);
+  y.sum().backward();
+  for (auto* block : {&a, &b})
+    for (const auto& p : (*block)->parameters()) EXPECT_TRUE(p.grad().defined());
 }
 
 }  // namespace

@@ -142,14 +142,6 @@ torch::Tensor KVCache::attend(const torch::Tensor& q, const torch::Tensor& k,
 
 namespace {
 
-// Builds of this file target baseline x86-64; the hot loop is also compiled for AVX2+FMA and
-// AVX-512, picked at load time by the CPU it runs on (GCC/Clang function multiversioning).
-#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
-#define LOL_CPU_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
-#else
-#define LOL_CPU_CLONES
-#endif
-
 // o = (sum over slots t of w[t] v[t]) * inv_total, for a head size known at compile time: the
 // sum stays in a local array the compiler keeps in registers, four slots per iteration. (A
 // loop that adds into o itself loads and stores o for every slot, since o might alias the
@@ -187,7 +179,14 @@ void attend_head(const float* q, const float* keys, const float* values, const i
     best = std::max(best, scores[t]);
   }
   float total = 0;
-  for (int64_t t = 0; t < n; ++t) total += scores[t] = std::exp(scores[t] - best);
+  {
+    float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight lanes, as dot()
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8)
+      for (int j = 0; j < 8; ++j) partial[j] += scores[t + j] = exp_approx(scores[t + j] - best);
+    for (int j = 0; j < 8; ++j) total += partial[j];
+    for (; t < n; ++t) total += scores[t] = exp_approx(scores[t] - best);
+  }
   const float inv_total = 1.0f / total;
   switch (dh) {
     case 32:

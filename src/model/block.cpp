@@ -5,6 +5,7 @@
 #include "model/cpu_autograd.h"
 #include "model/cpu_fast.h"
 #include "model/packed_gemm.h"
+#include "model/sliced_linear.h"
 #include "util/autocast.h"
 #include "util/op_profile.h"
 
@@ -85,12 +86,18 @@ torch::Tensor Projection::panels_for(const torch::Tensor& x,
   return panels_;
 }
 
+torch::Tensor Projection::stacked(const std::vector<torch::Tensor>& parts) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return weight(parts);
+}
+
 torch::Tensor Projection::weight(const std::vector<torch::Tensor>& parts) {
+  torch::NoGradGuard no_grad;
   bool fresh = cached_.defined() && data_.size() == parts.size();
   for (size_t i = 0; fresh && i < parts.size(); ++i)
     fresh = data_[i] == parts[i].data_ptr() && versions_[i] == parts[i]._version();
   if (!fresh) {
-    cached_ = parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
+    cached_ = parts.size() == 1 ? parts[0].detach() : torch::cat(parts, 0);
     panels_ = torch::Tensor();
     data_.clear();
     versions_.clear();
@@ -102,13 +109,8 @@ torch::Tensor Projection::weight(const std::vector<torch::Tensor>& parts) {
   return cached_;
 }
 
-namespace {
-constexpr int64_t kSwigluFastValues = 16384;  // gate and up values: ~11 rows at F 704
-}  // namespace
-
 torch::Tensor swiglu(const torch::Tensor& both) {
-  // The fused loop's exp is scalar; LibTorch's vectorised one wins from a few thousand values.
-  if (both.numel() <= kSwigluFastValues && cpu_fast_path({&both})) return swiglu_cpu(both);
+  if (cpu_fast_path({&both}) && both.dim() == 2) return swiglu_cpu(both);
   if (cpu_autograd_path({&both}) && both.dim() == 2) return swiglu_autograd(both);
   const int64_t hidden = both.size(-1) / 2;
   return torch::silu(both.narrow(-1, 0, hidden)) * both.narrow(-1, hidden, hidden);
@@ -175,14 +177,27 @@ BlockImpl::BlockImpl(const ModelConfig& c, bool use_moe) {
   roles.add("ffn", use_moe ? moe->roles : ffn->roles);
 }
 
-torch::Tensor BlockImpl::sublayer_input(const torch::Tensor& normalized, const RMSNorm& norm,
+torch::Tensor BlockImpl::sublayer_input(const torch::Tensor& normalized,
+                                        const std::vector<int64_t>& counts,
+                                        const std::vector<torch::Tensor>& norm_weights,
                                         const torch::Tensor* gamma, const torch::Tensor* beta) {
-  if (cpu_fast_path({&normalized, &norm->weight, gamma, beta}))
-    return scale_shift_cpu(normalized, norm->weight, gamma, beta);
-  if (cpu_autograd_path({&normalized, &norm->weight, gamma, beta}))
-    return scale_shift_autograd(normalized, norm->weight, gamma, beta);
-  if (!gamma) return normalized * norm->weight;
-  return normalized * norm->weight * *gamma + *beta;
+  bool fp32 = cpu_fp32_contiguous({&normalized, gamma, beta});
+  for (const auto& w : norm_weights) fp32 = fp32 && cpu_fp32_contiguous({&w});
+  if (fp32 && !torch::GradMode::is_enabled())
+    return scale_shift_cpu(normalized, norm_weights, RowSlices(counts), gamma, beta);
+  if (fp32) return scale_shift_autograd(normalized, norm_weights, counts, gamma, beta);
+  auto one = [&](const torch::Tensor& rows, const torch::Tensor& w) {
+    if (!gamma) return rows * w;
+    return rows * w * *gamma + *beta;
+  };
+  if (counts.size() == 1) return one(normalized, norm_weights[0]);
+  std::vector<torch::Tensor> parts;
+  int64_t offset = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    parts.push_back(one(normalized.narrow(0, offset, counts[i]), norm_weights[i]));
+    offset += counts[i];
+  }
+  return torch::cat(parts, 0);
 }
 
 std::vector<torch::Tensor> BlockImpl::qkv_weights() const {
@@ -203,9 +218,9 @@ BlockImpl::QKV BlockImpl::split_qkv(const torch::Tensor& fused) const {
 }
 
 BlockImpl::QKV BlockImpl::attention_inputs(const torch::Tensor& x, const FilmRows* film) {
-  return split_qkv(project_qkv(sublayer_input(rms_normalize(x, attn_norm->eps), attn_norm,
-                                              film ? &film->attn_gamma : nullptr,
-                                              film ? &film->attn_beta : nullptr)));
+  return split_qkv(project_qkv(
+      sublayer_input(rms_normalize(x, attn_norm->eps), {x.size(0)}, {attn_norm->weight},
+                     film ? &film->attn_gamma : nullptr, film ? &film->attn_beta : nullptr)));
 }
 
 RowGroups group_rows(const std::vector<int64_t>& block_of_row, const std::vector<Block>& blocks) {
@@ -234,12 +249,8 @@ namespace {
 torch::Tensor cat_rows(std::vector<torch::Tensor>& parts) {
   return parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
 }
-// Each slice's rows of t (slices tile the rows in order, as group_rows makes them): t itself
-// for one slice (a decode step counts its ops), else one split, whose backward concatenates the
-// slices' gradients once, where a narrow per slice would make each backward fill a zero tensor
-// of all rows and autograd add them up.
-std::vector<torch::Tensor> slice_rows(const torch::Tensor& t,
-                                      const std::vector<BlockSlice>& slices) {
+
+std::vector<int64_t> slice_counts(const std::vector<BlockSlice>& slices, int64_t rows) {
   std::vector<int64_t> counts;
   int64_t next = 0;
   for (const auto& s : slices) {
@@ -247,8 +258,8 @@ std::vector<torch::Tensor> slice_rows(const torch::Tensor& t,
     next += s.count;
     counts.push_back(s.count);
   }
-  TORCH_CHECK(next == t.size(0), "block slices must cover every row");
-  return slices.size() == 1 ? std::vector<torch::Tensor>{t} : t.split_with_sizes(counts, 0);
+  TORCH_CHECK(next == rows, "block slices must cover every row");
+  return counts;
 }
 
 // A block's projection of one kind and the weights it stacks.
@@ -256,15 +267,23 @@ struct ProjectionRef {
   Projection* projection;
   std::vector<torch::Tensor> parts;
 };
-// Each slice's rows through its own block's projection (`of`), in row order. When every slice
-// may take the packed few-row kernel (decoding: a routed depth's experts with a row or a few
-// each), one grouped product serves them all; otherwise one product per slice.
-torch::Tensor project_slices(const std::vector<torch::Tensor>& rows,
-                             const std::vector<BlockSlice>& slices,
+// Each slice's rows of x through its own block's projection (`of`), in row order. With
+// gradients on (no autocast), one sliced product (model/sliced_linear.h). Without: when every
+// slice may take the packed few-row kernel (decoding: a routed depth's experts with a row or a
+// few each), one grouped product serves them all; otherwise one product per slice.
+torch::Tensor project_slices(const torch::Tensor& x, const std::vector<BlockSlice>& slices,
                              const std::function<ProjectionRef(BlockImpl&)>& of) {
   ProfileScope scope("proj");
   std::vector<ProjectionRef> refs;
   for (const auto& s : slices) refs.push_back(of(*s.block.ptr()));
+  const auto counts = slice_counts(slices, x.size(0));
+  if (torch::GradMode::is_enabled() && !autocast_enabled(x.device().type())) {
+    std::vector<SlicedWeight> weights;
+    for (auto& r : refs) weights.push_back({r.parts, r.projection->stacked(r.parts)});
+    return sliced_linear(x, counts, weights);
+  }
+  const auto rows =
+      slices.size() == 1 ? std::vector<torch::Tensor>{x} : x.split_with_sizes(counts, 0);
   if (slices.size() > 1) {
     std::vector<torch::Tensor> xs, panels;
     for (size_t i = 0; i < slices.size(); ++i) {
@@ -286,19 +305,17 @@ torch::Tensor project_slices(const std::vector<torch::Tensor>& rows,
 torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
                          const FilmRows* film, const AttendFn& attend_rows) {
   const double eps = slices.front().block->attn_norm->eps;
+  const auto counts = slice_counts(slices, x.size(0));
   // The sublayer inputs: all rows normalised once, then each slice's norm weight and FiLM.
   auto sublayer_inputs = [&](const torch::Tensor& h, bool attention) {
     ProfileScope scope("norm");
-    auto normalized = slice_rows(rms_normalize(h, eps), slices);
-    std::vector<torch::Tensor> inputs;
-    for (size_t i = 0; i < slices.size(); ++i) {
-      const auto& b = slices[i].block;
-      inputs.push_back(BlockImpl::sublayer_input(
-          normalized[i], attention ? b->attn_norm : b->ffn_norm,
-          film ? (attention ? &film->attn_gamma : &film->ffn_gamma) : nullptr,
-          film ? (attention ? &film->attn_beta : &film->ffn_beta) : nullptr));
-    }
-    return inputs;
+    std::vector<torch::Tensor> weights;
+    for (const auto& s : slices)
+      weights.push_back(attention ? s.block->attn_norm->weight : s.block->ffn_norm->weight);
+    return BlockImpl::sublayer_input(
+        rms_normalize(h, eps), counts, weights,
+        film ? (attention ? &film->attn_gamma : &film->ffn_gamma) : nullptr,
+        film ? (attention ? &film->attn_beta : &film->ffn_beta) : nullptr);
   };
   // Attention sublayer: each slice's q|k|v, attention over all rows, each slice's output.
   auto qkv = project_slices(sublayer_inputs(x, true), slices, [](BlockImpl& b) {
@@ -309,7 +326,7 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
     ProfileScope scope("attend");
     attended = attend_rows(slices.front().block->split_qkv(qkv));
   }
-  auto a = x + project_slices(slice_rows(attended, slices), slices, [](BlockImpl& b) {
+  auto a = x + project_slices(attended, slices, [](BlockImpl& b) {
              return ProjectionRef{&b.out_proj, {b.attn->o->weight}};
            });
   // Feed-forward sublayer, SwiGLU's gate over all rows at once between the slices' products.
@@ -321,7 +338,8 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
     std::vector<torch::Tensor> parts;
     for (size_t i = 0; i < slices.size(); ++i) {
       auto& b = slices[i].block;
-      parts.push_back(b->moe ? b->moe->forward(inputs[i]) : b->ffn->forward(inputs[i]));
+      auto rows = inputs.narrow(0, slices[i].offset, slices[i].count);
+      parts.push_back(b->moe ? b->moe->forward(rows) : b->ffn->forward(rows));
     }
     return a + cat_rows(parts);
   }
@@ -333,7 +351,7 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
     ProfileScope scope("swiglu");
     hidden_act = swiglu(gate_up);
   }
-  return a + project_slices(slice_rows(hidden_act, slices), slices, [](BlockImpl& b) {
+  return a + project_slices(hidden_act, slices, [](BlockImpl& b) {
            return ProjectionRef{&b.ffn->down_proj, {b.ffn->down->weight}};
          });
 }

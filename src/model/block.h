@@ -51,10 +51,11 @@ struct AttentionImpl : torch::nn::Module {
 TORCH_MODULE(Attention);
 
 // y = x W^T, W one weight or several stacked along their output dimension so one GEMM serves
-// them all (q|k|v, gate|up). With gradients on, the stack is rebuilt on each call (autograd
-// flows through it). Without, it is cached until any part changes (tensor version counters),
-// so decoding does not copy the weights at every token; and fp32 rows on a CPU with AVX2 go
-// to the packed kernel of model/packed_gemm.h over a panel copy cached the same way.
+// them all (q|k|v, gate|up). The stack is cached until any part changes (tensor version
+// counters), so decoding does not copy the weights at every token; and fp32 rows on a CPU with
+// AVX2 go to the packed kernel of model/packed_gemm.h over a panel copy cached the same way.
+// With gradients on, apply() rebuilds the stack (autograd flows through it); the routed
+// product of model/sliced_linear.h takes the cached one and routes gradients to the parts.
 // The caches are filled under a lock, so threads may share one model for inference.
 class Projection {
  public:
@@ -62,10 +63,11 @@ class Projection {
   // The cached panels of the stack when x may take the packed kernel (no gradients, fp32 rows
   // on a CPU with AVX2, no CPU autocast), else an undefined tensor.
   torch::Tensor panels_for(const torch::Tensor& x, const std::vector<torch::Tensor>& parts);
+  // The cached stack of the parts' values (no autograd history).
+  torch::Tensor stacked(const std::vector<torch::Tensor>& parts);
 
  private:
-  torch::Tensor weight(
-      const std::vector<torch::Tensor>& parts);  // cached stack (no grad), lock held
+  torch::Tensor weight(const std::vector<torch::Tensor>& parts);  // stacked(), lock held
   std::mutex mutex_;
   torch::Tensor cached_, panels_;
   std::vector<const void*> data_;
@@ -109,9 +111,12 @@ struct BlockImpl : torch::nn::Module {
   QKV split_qkv(const torch::Tensor& fused) const;
 
   // A sublayer's normed input from rows already divided by their RMS: h * w, or with FiLM
-  // (h * w) * gamma + beta. Every path computes it this way, so prefill, decoding and
-  // training round alike.
-  static torch::Tensor sublayer_input(const torch::Tensor& normalized, const RMSNorm& norm,
+  // (h * w) * gamma + beta, w the norm weight of the block a slice of rows runs (counts tile
+  // the rows in order, one weight each). Every path computes it this way, so prefill, decoding
+  // and training round alike.
+  static torch::Tensor sublayer_input(const torch::Tensor& normalized,
+                                      const std::vector<int64_t>& counts,
+                                      const std::vector<torch::Tensor>& norm_weights,
                                       const torch::Tensor* gamma, const torch::Tensor* beta);
 
   RMSNorm attn_norm{nullptr}, ffn_norm{nullptr};

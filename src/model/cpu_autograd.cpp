@@ -47,42 +47,60 @@ struct RmsNormalizeFunction : torch::autograd::Function<RmsNormalizeFunction> {
   }
 };
 
-// y = x * w [* gamma] [+ beta] (w, gamma, beta of d); gamma or beta empty when absent (LibTorch
-// 1.13's Function::apply rejects undefined inputs).
+// y = x * w_s [* gamma] [+ beta] on the rows of slice s (each of d); gamma or beta empty when
+// absent (LibTorch 1.13's Function::apply rejects undefined inputs).
 struct ScaleShiftFunction : torch::autograd::Function<ScaleShiftFunction> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
-                               const torch::Tensor& gamma, const torch::Tensor& beta) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, torch::TensorList ws,
+                               const torch::Tensor& gamma, const torch::Tensor& beta,
+                               std::vector<int64_t> counts) {
     profile_custom_function_forward();
     const bool film = gamma.numel() > 0, shift = beta.numel() > 0;
-    ctx->save_for_backward({x, w, gamma});
+    std::vector<torch::Tensor> saved{x, gamma};
+    saved.insert(saved.end(), ws.begin(), ws.end());
+    ctx->save_for_backward(saved);
     ctx->saved_data["film"] = film;
     ctx->saved_data["shift"] = shift;
+    ctx->saved_data["counts"] = counts;
     // The inference path's arithmetic, to the bit.
-    return scale_shift_cpu(x, w, film ? &gamma : nullptr, shift ? &beta : nullptr);
+    return scale_shift_cpu(x, ws.vec(), RowSlices(counts), film ? &gamma : nullptr,
+                           shift ? &beta : nullptr);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &x = saved[0], &w = saved[1], &gamma = saved[2];
+    const auto &x = saved[0], &gamma = saved[1];
     const bool film = ctx->saved_data["film"].toBool(), shift = ctx->saved_data["shift"].toBool();
+    const auto counts = ctx->saved_data["counts"].toIntVector();
     const auto dy = grads[0].contiguous();
-    const int64_t d = x.size(-1), n = x.numel() / d;
+    const int64_t d = x.size(-1);
     auto dx = torch::empty_like(x);
-    // Column sums over fixed chunks of rows, added in chunk order: the same bits on any
-    // number of threads. Per chunk: d w, d gamma, d beta.
-    const int64_t chunks = (n + kCpuRowGrain - 1) / kCpuRowGrain;
-    std::vector<float> partial(static_cast<size_t>(chunks * 3 * d), 0.0f);
+    // Column sums over fixed chunks of rows within each slice, added in chunk order: the same
+    // bits on any number of threads. Per chunk: d w (its slice's), d gamma, d beta.
+    struct Chunk {
+      int64_t slice, begin, end;
+    };
+    std::vector<Chunk> chunks;
+    int64_t offset = 0;
+    for (size_t s = 0; s < counts.size(); ++s) {
+      for (int64_t r = offset; r < offset + counts[s]; r += kCpuRowGrain)
+        chunks.push_back(
+            {static_cast<int64_t>(s), r, std::min(offset + counts[s], r + kCpuRowGrain)});
+      offset += counts[s];
+    }
+    const int64_t num_chunks = static_cast<int64_t>(chunks.size());
+    std::vector<float> partial(static_cast<size_t>(num_chunks * 3 * d), 0.0f);
     const float* xp = x.data_ptr<float>();
-    const float* wp = w.data_ptr<float>();
     const float* gp = film ? gamma.data_ptr<float>() : nullptr;
     const float* dp = dy.data_ptr<float>();
     float* out = dx.data_ptr<float>();
-    at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, num_chunks, 1, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
+        const auto& chunk = chunks[static_cast<size_t>(c)];
+        const float* wp = saved[2 + static_cast<size_t>(chunk.slice)].data_ptr<float>();
         float* __restrict dw = partial.data() + c * 3 * d;
         float* __restrict dg = dw + d;
         float* __restrict db = dg + d;
-        for (int64_t r = c * kCpuRowGrain; r < std::min(n, (c + 1) * kCpuRowGrain); ++r) {
+        for (int64_t r = chunk.begin; r < chunk.end; ++r) {
           const float* __restrict xr = xp + r * d;
           const float* __restrict g = dp + r * d;
           float* __restrict o = out + r * d;
@@ -104,50 +122,66 @@ struct ScaleShiftFunction : torch::autograd::Function<ScaleShiftFunction> {
         }
       }
     });
-    auto dw = torch::zeros({d}, x.options()), dg = torch::zeros({d}, x.options()),
-         db = torch::zeros({d}, x.options());
-    float* sums[3] = {dw.data_ptr<float>(), dg.data_ptr<float>(), db.data_ptr<float>()};
-    for (int64_t c = 0; c < chunks; ++c)
-      for (int j = 0; j < 3; ++j)
-        for (int64_t k = 0; k < d; ++k)
-          sums[j][k] += partial[static_cast<size_t>((c * 3 + j) * d + k)];
-    return {dx, dw, film ? dg : torch::Tensor(), shift ? db : torch::Tensor()};
+    std::vector<torch::Tensor> dws;
+    for (size_t s = 0; s < counts.size(); ++s) dws.push_back(torch::zeros({d}, x.options()));
+    auto dg = torch::zeros({d}, x.options()), db = torch::zeros({d}, x.options());
+    float *gsum = dg.data_ptr<float>(), *bsum = db.data_ptr<float>();
+    for (int64_t c = 0; c < num_chunks; ++c) {
+      const float* part = partial.data() + c * 3 * d;
+      float* wsum =
+          dws[static_cast<size_t>(chunks[static_cast<size_t>(c)].slice)].data_ptr<float>();
+      for (int64_t k = 0; k < d; ++k) {
+        wsum[k] += part[k];
+        gsum[k] += part[d + k];
+        bsum[k] += part[2 * d + k];
+      }
+    }
+    variable_list result{dx};
+    result.insert(result.end(), dws.begin(), dws.end());
+    result.push_back(film ? dg : torch::Tensor());
+    result.push_back(shift ? db : torch::Tensor());
+    result.emplace_back();  // counts
+    return result;
   }
 };
+
+// d(gate|up) of SwiGLU's rows from the upstream gradient, the sigmoid recomputed:
+// silu'(x) = s (1 + x (1 - s)), s = sigmoid(x); d up = dy silu(gate).
+LOL_CPU_CLONES
+void swiglu_backward_rows(const float* both, const float* dy, int64_t rows, int64_t hidden,
+                          float* d_both) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* gate = both + r * 2 * hidden;
+    const float* up = gate + hidden;
+    const float* g = dy + r * hidden;
+    float* d_gate = d_both + r * 2 * hidden;
+    float* d_up = d_gate + hidden;
+    for (int64_t k = 0; k < hidden; ++k) {
+      const float s = 1.0f / (1.0f + exp_approx(-gate[k]));
+      d_gate[k] = g[k] * up[k] * (s * (1.0f + gate[k] * (1.0f - s)));
+      d_up[k] = g[k] * (gate[k] * s);
+    }
+  }
+}
 
 struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& both) {
     profile_custom_function_forward();
-    const int64_t hidden = both.size(-1) / 2;
     ctx->save_for_backward({both});
-    // LibTorch's vectorised silu, as the expression this replaces.
-    return torch::silu(both.narrow(-1, 0, hidden)) * both.narrow(-1, hidden, hidden);
+    return swiglu_cpu(both);  // the inference path's arithmetic, to the bit
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto both = ctx->get_saved_variables()[0];
     const int64_t n = both.size(0), hidden = both.size(1) / 2;
     const auto dy = grads[0].contiguous();
-    const auto sig = torch::sigmoid(both.narrow(-1, 0, hidden)).contiguous();
     auto d_both = torch::empty_like(both);
     const float* bp = both.data_ptr<float>();
-    const float* sp = sig.data_ptr<float>();
     const float* gp = dy.data_ptr<float>();
     float* dp = d_both.data_ptr<float>();
     at::parallel_for(0, n, kCpuRowGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* gate = bp + r * 2 * hidden;
-        const float* up = gate + hidden;
-        const float* s = sp + r * hidden;
-        const float* g = gp + r * hidden;
-        float* d_gate = dp + r * 2 * hidden;
-        float* d_up = d_gate + hidden;
-        for (int64_t k = 0; k < hidden; ++k) {
-          // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x); d up = dy silu(gate).
-          d_gate[k] = g[k] * up[k] * (s[k] * (1.0f + gate[k] * (1.0f - s[k])));
-          d_up[k] = g[k] * (gate[k] * s[k]);
-        }
-      }
+      swiglu_backward_rows(bp + begin * 2 * hidden, gp + begin * hidden, end - begin, hidden,
+                           dp + begin * 2 * hidden);
     });
     return {d_both};
   }
@@ -179,10 +213,12 @@ torch::Tensor rms_normalize_autograd(const torch::Tensor& x, double eps) {
   return RmsNormalizeFunction::apply(x, eps);
 }
 
-torch::Tensor scale_shift_autograd(const torch::Tensor& x, const torch::Tensor& w,
-                                   const torch::Tensor* gamma, const torch::Tensor* beta) {
+torch::Tensor scale_shift_autograd(const torch::Tensor& x, const std::vector<torch::Tensor>& ws,
+                                   const std::vector<int64_t>& counts, const torch::Tensor* gamma,
+                                   const torch::Tensor* beta) {
   const auto none = torch::empty({0}, x.options());
-  return ScaleShiftFunction::apply(x, w, gamma ? *gamma : none, beta ? *beta : none);
+  return ScaleShiftFunction::apply(x, torch::TensorList(ws), gamma ? *gamma : none,
+                                   beta ? *beta : none, counts);
 }
 
 torch::Tensor rotary_autograd(const torch::Tensor& x, const torch::Tensor& cos,

@@ -5,9 +5,10 @@
 // difference and a cat) and SwiGLU (silu of one half times the other, two narrows) each
 // stream the activations several times forward and more in the backward: the backward of each
 // narrow fills a zero tensor of all 2F columns and autograd adds the two. These functions
-// compute the same values in one pass each way (plus LibTorch's vectorised sigmoid in SwiGLU's
-// backward) and keep fewer tensors alive. Used with gradients on contiguous fp32 CPU tensors;
-// the LibTorch expressions serve every other case, and the gradient tests compare the two.
+// compute the same values in one pass each way (forward: the inference loops of
+// model/cpu_fast.h, to the bit; SwiGLU's sigmoid by the vectorised exp_approx there) and keep
+// fewer tensors alive. Used with gradients on contiguous fp32 CPU tensors; the LibTorch
+// expressions serve every other case, and the gradient tests compare the two.
 #include <torch/torch.h>
 
 namespace lol {
@@ -20,10 +21,12 @@ bool cpu_autograd_path(std::initializer_list<const torch::Tensor*> tensors);
 // dx = r (dy - y mean(dy y)) with r the row's 1 / rms.
 torch::Tensor rms_normalize_autograd(const torch::Tensor& x, double eps);
 
-// x (n, d) * w (d) [* gamma (d)] [+ beta (d)]: a norm's weight and FiLM (see scale_shift_cpu);
-// its backward is one pass for dx and the three column sums.
-torch::Tensor scale_shift_autograd(const torch::Tensor& x, const torch::Tensor& w,
-                                   const torch::Tensor* gamma, const torch::Tensor* beta);
+// x (n, d) * ws[s] (d) on the rows of slice s (counts tile the rows in order) [* gamma (d)]
+// [+ beta (d)]: the blocks' norm weights and FiLM (see scale_shift_cpu); its backward is one
+// pass for dx and the column sums (each slice's own for its weight).
+torch::Tensor scale_shift_autograd(const torch::Tensor& x, const std::vector<torch::Tensor>& ws,
+                                   const std::vector<int64_t>& counts, const torch::Tensor* gamma,
+                                   const torch::Tensor* beta);
 
 // SwiGLU of a fused gate|up product (n, 2F) -> silu(gate) * up (n, F); its backward writes
 // d(gate|up) in one pass.

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace lol {
@@ -17,18 +18,25 @@ bool cpu_fast_path(std::initializer_list<const torch::Tensor*> tensors) {
   return !torch::GradMode::is_enabled() && cpu_fp32_contiguous(tensors);
 }
 
+namespace {
+LOL_CPU_CLONES
+void swiglu_rows(const float* both, int64_t rows, int64_t hidden, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* gate = both + r * 2 * hidden;
+    const float* up = gate + hidden;
+    float* o = out + r * hidden;
+    for (int64_t k = 0; k < hidden; ++k) o[k] = gate[k] / (1.0f + exp_approx(-gate[k])) * up[k];
+  }
+}
+}  // namespace
+
 torch::Tensor swiglu_cpu(const torch::Tensor& both) {
   const int64_t n = both.size(0), hidden = both.size(1) / 2;
   auto y = torch::empty({n, hidden}, both.options());
   const float* bp = both.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, n, kCpuRowGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* gate = bp + r * 2 * hidden;
-      const float* up = gate + hidden;
-      float* out = yp + r * hidden;
-      for (int64_t k = 0; k < hidden; ++k) out[k] = gate[k] / (1.0f + std::exp(-gate[k])) * up[k];
-    }
+    swiglu_rows(bp + begin * 2 * hidden, end - begin, hidden, yp + begin * hidden);
   });
   return y;
 }
@@ -66,17 +74,31 @@ torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps, torch::Tenso
   return y;
 }
 
-torch::Tensor scale_shift_cpu(const torch::Tensor& x, const torch::Tensor& scale,
-                              const torch::Tensor* gamma, const torch::Tensor* beta) {
+RowSlices::RowSlices(const std::vector<int64_t>& counts) {
+  int64_t end = 0;
+  for (auto c : counts) ends.push_back(end += c);
+}
+
+size_t RowSlices::slice_of(int64_t row) const {
+  return static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), row) - ends.begin());
+}
+
+torch::Tensor scale_shift_cpu(const torch::Tensor& x, const std::vector<torch::Tensor>& scales,
+                              const RowSlices& slices, const torch::Tensor* gamma,
+                              const torch::Tensor* beta) {
   const int64_t d = x.size(-1), n = x.numel() / d;
   auto y = torch::empty_like(x);
   const float* xp = x.data_ptr<float>();
-  const float* wp = scale.data_ptr<float>();
+  std::vector<const float*> wps;
+  for (const auto& w : scales) wps.push_back(w.data_ptr<float>());
   const float* gp = gamma ? gamma->data_ptr<float>() : nullptr;
   const float* bp = beta ? beta->data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, n, kCpuRowGrain, [&](int64_t begin, int64_t end) {
+    size_t s = slices.slice_of(begin);
     for (int64_t r = begin; r < end; ++r) {
+      while (r >= slices.ends[s]) ++s;
+      const float* wp = wps[s];
       const float* row = xp + r * d;
       float* out = yp + r * d;
       if (gp)

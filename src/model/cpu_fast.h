@@ -7,6 +7,11 @@
 // need. Results agree with those expressions to float rounding.
 #include <torch/torch.h>
 
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
 namespace lol {
 
 // Forces inlining, so that helpers called from a function compiled for wider vectors (the
@@ -34,6 +39,63 @@ LOL_ALWAYS_INLINE float dot(const float* a, const float* b, int64_t n) {
   return total;
 }
 
+// Hot loops compiled also for AVX2+FMA and AVX-512, picked at load time by the CPU they run on
+// (GCC/Clang function multiversioning); the baseline build targets x86-64 without them.
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#define LOL_CPU_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
+#else
+#define LOL_CPU_CLONES
+#endif
+
+// e^x without calls or branches, so that loops over it vectorise (std::exp does not): 2^n e^r,
+// n = round(x / ln 2), r = x - n ln 2 (|r| <= ln 2 / 2, ln 2 in two parts) and e^r by its Taylor
+// polynomial to degree 7 (truncation below 6e-9 relative). Within 7.4e-8 relative of std::exp
+// (one float ulp) on [-87, 88]; exactly 0 below -87.3 (masked scores of -inf give 0); x above
+// 88 is taken as 88 (finite, 1.6e38). Always inlined (see LOL_ALWAYS_INLINE).
+LOL_ALWAYS_INLINE float exp_approx(float x) {
+  const float clamped = x > 88.0f ? 88.0f : (x < -87.3f ? -87.3f : x);
+  // Adding 1.5 * 2^23 rounds to an integer in the low mantissa bits (round to nearest even).
+  const float shifted = clamped * 1.44269504088896341f + 12582912.0f;
+  const float n = shifted - 12582912.0f;
+  const float r = (clamped - n * 0.693359375f) + n * 2.12194440e-4f;  // ln 2 = hi - lo
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits;
+  std::memcpy(&bits, &shifted, sizeof bits);
+  const int32_t exponent = (bits - 0x4B400000 + 127) << 23;  // 2^n as a float's bits
+  float scale;
+  std::memcpy(&scale, &exponent, sizeof scale);
+  return x < -87.3f ? 0.0f : p * scale;
+}
+
+// out = softmax(in) over n scores, in may be out; -inf scores get 0 (at least one must be
+// finite). The sum runs in eight lanes as dot() does, so every vector width adds alike.
+LOL_ALWAYS_INLINE void softmax_row(const float* in, float* out, int64_t n) {
+  float best[8];
+  for (int j = 0; j < 8; ++j) best[j] = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) best[j] = in[i + j] > best[j] ? in[i + j] : best[j];
+  float m = best[0];
+  for (int j = 1; j < 8; ++j) m = best[j] > m ? best[j] : m;
+  for (; i < n; ++i) m = in[i] > m ? in[i] : m;
+  float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) partial[j] += out[i + j] = exp_approx(in[i + j] - m);
+  float total = 0;
+  for (int j = 0; j < 8; ++j) total += partial[j];
+  for (; i < n; ++i) total += out[i] = exp_approx(in[i] - m);
+  const float inv = 1.0f / total;
+  for (i = 0; i < n; ++i) out[i] *= inv;
+}
+
 // Whether every tensor given (null ones skipped) is a contiguous fp32 CPU tensor.
 bool cpu_fp32_contiguous(std::initializer_list<const torch::Tensor*> tensors);
 // Whether every tensor given may take the fused CPU path: no grad mode, cpu_fp32_contiguous.
@@ -43,9 +105,18 @@ bool cpu_fast_path(std::initializer_list<const torch::Tensor*> tensors);
 // row's 1 / sqrt(mean(x^2) + eps) (n).
 torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps,
                                 torch::Tensor* inv_rms = nullptr);
-// x (n, d) * scale (d) [* gamma (d)] [+ beta (d)]: a norm's weight and FiLM in one pass.
-torch::Tensor scale_shift_cpu(const torch::Tensor& x, const torch::Tensor& scale,
-                              const torch::Tensor* gamma, const torch::Tensor* beta);
+// Slices of rows that tile them in order (counts), as a routed depth groups its experts'
+// rows: each slice's end row, and the slice a row is in.
+struct RowSlices {
+  explicit RowSlices(const std::vector<int64_t>& counts);
+  size_t slice_of(int64_t row) const;
+  std::vector<int64_t> ends;
+};
+// x (n, d) * scales[s] (d) on the rows of slice s [* gamma (d)] [+ beta (d)]: the norm weights
+// of the blocks the slices run and FiLM, in one pass.
+torch::Tensor scale_shift_cpu(const torch::Tensor& x, const std::vector<torch::Tensor>& scales,
+                              const RowSlices& slices, const torch::Tensor* gamma,
+                              const torch::Tensor* beta);
 // SwiGLU of a fused gate|up product (n, 2F) -> silu(gate) * up (n, F).
 torch::Tensor swiglu_cpu(const torch::Tensor& both);
 // Rotary rotation of x (n, heads, dh) by cos/sin (n, dh/2): halves (x1, x2) ->

@@ -135,20 +135,20 @@ void for_tasks(const Problem& p, int64_t num_segments, Fn fn) {
 
 // Scores of query rows [q0, q0 + qn) of a segment against its keys [k0, k0 + kn): masked to
 // -inf where SPEC 1.2 forbids (later keys, keys outside the band, router-only keys other than
-// the query itself), then softmax along each row into P.
+// the query itself), then softmax along each row into P (masked keys exactly 0).
+LOL_CPU_CLONES
 void masked_softmax(const Problem& p, int64_t start, int64_t q0, int64_t qn, int64_t k0, int64_t kn,
                     float* scores, float* probs) {
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  const uint8_t* visible = p.visible + start + k0;
   for (int64_t r = 0; r < qn; ++r) {
-    const int64_t i = q0 + r;
-    const int64_t lo = p.band > 0 ? std::max(k0, i - p.band + 1) : k0;
+    const int64_t i = q0 + r - k0;  // the query's own key, relative to k0
+    const int64_t lo = p.band > 0 ? std::max<int64_t>(0, i - p.band + 1) : 0;
     float* row = scores + r * kn;
-    for (int64_t j = k0; j < k0 + kn; ++j)
-      if (j > i || j < lo || (j != i && !p.visible[start + j])) row[j - k0] = kMasked;
+    for (int64_t j = 0; j < kn; ++j)
+      row[j] = (j > i || j < lo || (j != i && !visible[j])) ? kMasked : row[j];
+    softmax_row(row, probs + r * kn, kn);
   }
-  auto s = torch::from_blob(scores, {qn, kn}, torch::kFloat32);
-  auto out = torch::from_blob(probs, {qn, kn}, torch::kFloat32);
-  at::_softmax_out(out, s, 1, false);
 }
 
 // The keys a block of queries [q0, q0 + qn) can see at most: from the band's start of its first
