@@ -68,6 +68,39 @@ TEST(Muon, StepFollowsTheAlgorithm) {
   EXPECT_LT(testing::max_abs_diff(w.detach(), expected), 1e-5);
 }
 
+// A batch orthogonalises each matrix as alone; Muon batches the matrices of one shape (a tall
+// one with the wide ones of its transpose's shape) and each still follows the algorithm.
+TEST(Muon, BatchesMatricesOfOneShapeAndEachFollowsTheAlgorithm) {
+  torch::manual_seed(2);
+  auto batch = torch::randn({3, 12, 7});
+  auto together = newton_schulz(batch);
+  ASSERT_EQ(together.sizes(), batch.sizes());
+  for (int64_t i = 0; i < 3; ++i)
+    EXPECT_LT(testing::max_abs_diff(together[i], newton_schulz(batch[i])), 1e-6) << i;
+
+  std::vector<torch::Tensor> ws{torch::randn({6, 10}), torch::randn({10, 6}), torch::randn({6, 10}),
+                                torch::randn({5, 5})};
+  NamedTensors params;
+  for (size_t i = 0; i < ws.size(); ++i)
+    params.push_back({"w" + std::to_string(i), ws[i].clone().requires_grad_(true)});
+  Muon muon(params, MuonOptions{0.95, 0.1, true, 5});
+  const double lr = 0.02;
+  for (size_t i = 0; i < ws.size(); ++i) params[i].second.mutable_grad() = ws[i] * 0.5 + 1;
+  params[2].second.mutable_grad() = torch::Tensor();  // no gradient: left alone
+  muon.step(lr);
+  for (size_t i = 0; i < ws.size(); ++i) {
+    if (i == 2) {
+      EXPECT_TRUE(torch::equal(params[i].second.detach(), ws[i]));
+      continue;
+    }
+    const auto g = ws[i] * 0.5 + 1;
+    const auto b = g * 0.05;
+    const auto expected =
+        ws[i] * (1 - lr * 0.1) - lr * Muon::lr_scale(ws[i]) * newton_schulz(g * 0.05 + b * 0.95);
+    EXPECT_LT(testing::max_abs_diff(params[i].second.detach(), expected), 1e-5) << "w" << i;
+  }
+}
+
 TEST(AdamW, MatchesItsFormulaOverSeveralSteps) {
   auto p = torch::tensor({0.5, -1.0, 2.0}, torch::kFloat64).requires_grad_(true);
   AdamW adam({{"p", p}}, {true}, AdamWOptions{0.9, 0.99, 1e-8, 0.1});

@@ -202,6 +202,10 @@ void Distributed::broadcast(const std::vector<torch::Tensor>& tensors, int root)
     std::vector<torch::Tensor> one{t};
     auto work = group_->pg->broadcast(one, o);
     wait([&] { work->wait(); });
+    // The transport wrote the memory behind LibTorch's back: move the version counter (shared
+    // with the parameter a detached view comes from) so caches keyed on it (the stacked and
+    // packed weights of model/block.h) see the new values.
+    torch::autograd::impl::bump_version(t);
   }
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

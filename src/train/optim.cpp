@@ -1,24 +1,30 @@
 #include "train/optim.h"
 
 #include <cmath>
+#include <map>
+#include <string>
+#include <tuple>
 
 #include "util/error.h"
 
 namespace lol {
 
 torch::Tensor newton_schulz(const torch::Tensor& g, int steps) {
-  TORCH_CHECK(g.dim() == 2, "newton_schulz expects a matrix");
+  TORCH_CHECK(g.dim() == 2 || g.dim() == 3, "newton_schulz expects a matrix or a batch of them");
   const double a = 3.4445, b = -4.7750, c = 2.0315;
   auto x = g.to(torch::kFloat32);
-  const bool tall = x.size(0) > x.size(1);
-  if (tall) x = x.t();
-  x = x / x.norm().clamp_min(1e-7);
+  if (g.dim() == 2) x = x.unsqueeze(0);
+  const bool tall = x.size(1) > x.size(2);
+  if (tall) x = x.transpose(1, 2);
+  // Each matrix over its own Frobenius norm.
+  x = x / x.flatten(1).norm(2, {1}, /*keepdim=*/true).clamp_min(1e-7).unsqueeze(2);
   for (int i = 0; i < steps; ++i) {
-    auto gram = torch::matmul(x, x.t());
-    auto poly = torch::addmm(gram, gram, gram, /*beta=*/b, /*alpha=*/c);  // b A + c A^2
-    x = torch::addmm(x, poly, x, /*beta=*/a);                             // a X + (bA + cA^2) X
+    auto gram = torch::bmm(x, x.transpose(1, 2));
+    auto poly = torch::baddbmm(gram, gram, gram, /*beta=*/b, /*alpha=*/c);  // b A + c A^2
+    x = torch::baddbmm(x, poly, x, /*beta=*/a);                             // a X + (bA + cA^2) X
   }
-  return tall ? x.t().contiguous() : x;
+  if (tall) x = x.transpose(1, 2).contiguous();
+  return g.dim() == 2 ? x.squeeze(0) : x;
 }
 
 AdamW::AdamW(NamedTensors params, std::vector<bool> decay, AdamWOptions options)
@@ -90,15 +96,37 @@ double Muon::lr_scale(const torch::Tensor& param) {
 void Muon::step(double lr) {
   torch::NoGradGuard no_grad;
   const double mu = options_.momentum;
+  // The updates, grouped by the shape Newton-Schulz works on (a tall matrix as its transpose),
+  // dtype and device: one batched orthogonalisation per group (the library's experts, the
+  // prelude's and coda's blocks share a few shapes), so the iterations are a few batched
+  // products instead of three products per matrix each.
+  std::map<std::tuple<int64_t, int64_t, int, std::string>, std::vector<size_t>> groups;
+  std::vector<torch::Tensor> updates(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i].second;
     if (!p.grad().defined()) continue;
     auto g = p.grad();
     momentum_[i].lerp_(g, 1 - mu);
-    auto update = options_.nesterov ? g.lerp(momentum_[i], mu) : momentum_[i];
-    auto ortho = newton_schulz(update, options_.ns_steps).to(p.scalar_type());
-    if (options_.weight_decay > 0) p.mul_(1 - lr * options_.weight_decay);
-    p.add_(ortho, -lr * lr_scale(p));
+    updates[i] = options_.nesterov ? g.lerp(momentum_[i], mu) : momentum_[i];
+    const bool tall = p.size(0) > p.size(1);
+    groups[{tall ? p.size(1) : p.size(0), tall ? p.size(0) : p.size(1),
+            static_cast<int>(p.scalar_type()), p.device().str()}]
+        .push_back(i);
+  }
+  for (const auto& [shape, members] : groups) {
+    std::vector<torch::Tensor> wide;  // each update as the wide matrix Newton-Schulz takes
+    for (auto i : members) {
+      const auto& u = updates[i];
+      wide.push_back(u.size(0) > u.size(1) ? u.t() : u);
+    }
+    auto ortho = newton_schulz(torch::stack(wide), options_.ns_steps);
+    for (size_t j = 0; j < members.size(); ++j) {
+      auto& p = params_[members[j]].second;
+      auto o = ortho[static_cast<int64_t>(j)];
+      if (p.size(0) > p.size(1)) o = o.t();
+      if (options_.weight_decay > 0) p.mul_(1 - lr * options_.weight_decay);
+      p.add_(o.to(p.scalar_type()), -lr * lr_scale(p));
+    }
   }
 }
 

@@ -5,7 +5,7 @@
 // Muon (Jordan et al. 2024; torch.optim.Muon with adjust_lr_fn="match_rms_adamw"):
 //   B <- mu B + (1 - mu) G ;  U <- Nesterov ? lerp(G, B, mu) : B
 //   O <- NewtonSchulz5(U / ||U||_F) with (a, b, c) = (3.4445, -4.7750, 2.0315), on the
-//        transpose when rows > cols
+//        transpose when rows > cols; the matrices of one shape orthogonalised as one batch
 //   W <- W (1 - lr wd) - lr * 0.2 sqrt(max(rows, cols)) O
 // AdamW (Loshchilov & Hutter): bias-corrected moments, decoupled decay W <- W (1 - lr wd).
 #include <torch/torch.h>
@@ -18,7 +18,8 @@ namespace lol {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
-// Newton-Schulz quintic orthogonalisation of a 2-D matrix (fp32), `steps` iterations.
+// Newton-Schulz quintic orthogonalisation (fp32), `steps` iterations, of a matrix (rows,
+// cols) or of each matrix of a batch (B, rows, cols) at once (batched products).
 torch::Tensor newton_schulz(const torch::Tensor& g, int steps = 5);
 
 struct AdamWOptions {

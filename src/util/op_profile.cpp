@@ -67,9 +67,11 @@ int intern(Shared& s, const std::string& phase, const std::string& part) {
 }
 
 bool is_gemm(const char* name) {
-  static const std::array<const char*, 9> gemms = {
-      "aten::mm",    "aten::addmm", "aten::bmm", "aten::baddbmm",          "aten::addbmm",
-      "aten::addmv", "aten::mv",    "aten::dot", "aten::_addmm_activation"};
+  // In-place forms too: LibTorch 1.13's CPU baddbmm runs one addmm_ per matrix of the batch.
+  static const std::array<const char*, 11> gemms = {
+      "aten::mm",      "aten::addmm",    "aten::addmm_",           "aten::bmm",
+      "aten::baddbmm", "aten::baddbmm_", "aten::addbmm",           "aten::addmv",
+      "aten::mv",      "aten::dot",      "aten::_addmm_activation"};
   for (const char* g : gemms)
     if (std::strcmp(name, g) == 0) return true;
   return false;
