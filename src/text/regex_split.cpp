@@ -40,25 +40,33 @@ RegexSplitter::RegexSplitter(const std::string& pattern) : pattern_(pattern), im
 
 RegexSplitter::~RegexSplitter() = default;
 
+namespace {
+// What a match needs besides the pattern, made once per thread: match data with room for the
+// whole match (a pattern's groups are not read: pcre2_match then returns 0, still a match), and
+// a JIT stack larger than the default 32 KiB, which long runs of one class (a page of CJK
+// letters, a block of spaces) need. Making them per call cost ~10 us (the stack is a mapping),
+// more than matching a word when a second pattern splits the first one's pieces.
+struct MatchResources {
+  pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
+  pcre2_match_context* context = pcre2_match_context_create(nullptr);
+  pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, nullptr);
+  MatchResources() {
+    LOL_CHECK(data && context && stack, "pre-tokenizer: out of memory for PCRE2's match state");
+    pcre2_jit_stack_assign(context, nullptr, stack);
+  }
+  ~MatchResources() {
+    pcre2_match_data_free(data);
+    pcre2_match_context_free(context);
+    pcre2_jit_stack_free(stack);
+  }
+  MatchResources(const MatchResources&) = delete;
+  MatchResources& operator=(const MatchResources&) = delete;
+};
+}  // namespace
+
 void RegexSplitter::split(std::string_view text, std::vector<std::string_view>* pieces) const {
   if (text.empty()) return;
-  // Long runs of one class (a page of CJK letters, a block of spaces) need more than the
-  // default 32 KiB JIT stack.
-  struct Resources {
-    pcre2_match_data* data;
-    pcre2_match_context* context;
-    pcre2_jit_stack* stack;
-    ~Resources() {
-      pcre2_match_data_free(data);
-      pcre2_match_context_free(context);
-      pcre2_jit_stack_free(stack);
-    }
-  } r{pcre2_match_data_create_from_pattern(impl_->code, nullptr),
-      pcre2_match_context_create(nullptr), nullptr};
-  if (impl_->jit) {
-    r.stack = pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, nullptr);
-    pcre2_jit_stack_assign(r.context, nullptr, r.stack);
-  }
+  thread_local MatchResources r;
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t at = 0, gap = 0;  // next search start; start of the text not yet in a piece
   while (at < text.size()) {
