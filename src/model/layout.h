@@ -59,6 +59,13 @@ struct WindowPartition {
   std::vector<int64_t> token_window;  // (N) window index of each flat token
   torch::Tensor token_window_t;       // same, on the model device
   AttentionPlan plan;                 // causal attention confined to each window
+  // What the router indexes by, per window, on the model device (made once with the
+  // partition, so a routed depth copies nothing from the host): its length, its document's
+  // first flat token, its ordinal, and its cell and its predecessor's cell in a (documents x
+  // max_windows) grid (the first window's predecessor is itself).
+  std::vector<int64_t> ordinals;
+  torch::Tensor lengths_t, first_token_t, ordinals_t, slots_t, slot_prev_t;
+  int64_t max_windows = 0;
 };
 
 struct FlatDocument {

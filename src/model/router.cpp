@@ -113,46 +113,29 @@ torch::Tensor RouterImpl::decode_inputs(const torch::Tensor& first_states,
 RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
                                  const WindowPartition& part, const Layout& layout, bool add_noise,
                                  const ForcedPath* force) const {
-  const auto& windows = part.windows;
-  const int64_t num_windows = static_cast<int64_t>(windows.size());
+  const int64_t num_windows = static_cast<int64_t>(part.windows.size());
   const int64_t d = states.size(1);
-  const auto device = states.device();
 
   // mu_k: mean state of each window (router-only tokens included; there is no padding).
-  std::vector<int64_t> lengths, first_token, slots, slot_prev, ordinals;
-  int64_t max_windows = 0;
-  for (const auto& w : windows) max_windows = std::max(max_windows, w.ordinal + 1);
-  for (const auto& w : windows) {
-    lengths.push_back(w.length);
-    first_token.push_back(layout.documents()[w.document].start);
-    slots.push_back(w.document * max_windows + w.ordinal);
-    slot_prev.push_back(w.document * max_windows + std::max<int64_t>(w.ordinal - 1, 0));
-    ordinals.push_back(w.ordinal);
-  }
-  auto as_tensor = [&](const std::vector<int64_t>& v) {
-    return torch::tensor(v, torch::kInt64).to(device);
-  };
-  auto ordinal_t = as_tensor(ordinals);
   auto sums =
       torch::zeros({num_windows, d}, states.options()).index_add(0, part.token_window_t, states);
-  auto mu = sums / as_tensor(lengths).to(states.scalar_type()).unsqueeze(1);
+  auto mu = sums / part.lengths_t.to(states.scalar_type()).unsqueeze(1);
 
   // r_k = mean of mu_0..mu_{k-1} within the document: cumulative sums over a
   // (documents, max windows) grid, so no sum runs across documents.
   const int64_t num_docs = static_cast<int64_t>(layout.documents().size());
-  auto grid = torch::zeros({num_docs * max_windows, d}, states.options())
-                  .index_copy(0, as_tensor(slots), mu)
-                  .view({num_docs, max_windows, d})
+  auto grid = torch::zeros({num_docs * part.max_windows, d}, states.options())
+                  .index_copy(0, part.slots_t, mu)
+                  .view({num_docs, part.max_windows, d})
                   .cumsum(1)
-                  .view({num_docs * max_windows, d});
-  auto prefix_mean = grid.index_select(0, as_tensor(slot_prev)) /
-                     ordinal_t.clamp_min(1).to(states.scalar_type()).unsqueeze(1);
-  auto inputs =
-      window_inputs(states.index_select(0, as_tensor(first_token)), prefix_mean, ordinal_t,
-                    depth_vectors[depth - 1]);  // (Nw, d)
+                  .view({num_docs * part.max_windows, d});
+  auto prefix_mean = grid.index_select(0, part.slot_prev_t) /
+                     part.ordinals_t.clamp_min(1).to(states.scalar_type()).unsqueeze(1);
+  auto inputs = window_inputs(states.index_select(0, part.first_token_t), prefix_mean,
+                              part.ordinals_t, depth_vectors[depth - 1]);  // (Nw, d)
 
   auto probs = probabilities(inputs, depth, add_noise);
-  RouteDecisions out = select_experts(probs, balance_bias, depth, ordinals, force);
+  RouteDecisions out = select_experts(probs, balance_bias, depth, part.ordinals, force);
   out.partition = &part;
   out.router_inputs = inputs;
   return out;
