@@ -178,16 +178,7 @@ void attend_head(const float* q, const float* keys, const float* values, const i
     scores[t] = dot(q, keys + t * dh, dh) * scale;
     best = std::max(best, scores[t]);
   }
-  float total = 0;
-  {
-    float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight lanes, as dot()
-    int64_t t = 0;
-    for (; t + 8 <= n; t += 8)
-      for (int j = 0; j < 8; ++j) partial[j] += scores[t + j] = exp_approx(scores[t + j] - best);
-    for (int j = 0; j < 8; ++j) total += partial[j];
-    for (; t < n; ++t) total += scores[t] = exp_approx(scores[t] - best);
-  }
-  const float inv_total = 1.0f / total;
+  const float inv_total = 1.0f / exp_shifted_sum(scores, scores, n, best);
   switch (dh) {
     case 32:
       return weighted_values<32>(scores, values, n, inv_total, o);

@@ -74,8 +74,21 @@ LOL_ALWAYS_INLINE float exp_approx(float x) {
   return x < -87.3f ? 0.0f : p * scale;
 }
 
+// out[i] = e^(in[i] - shift) over n values (in may be out), returning their sum, added in eight
+// lanes as dot() does, so every vector width adds alike.
+LOL_ALWAYS_INLINE float exp_shifted_sum(const float* in, float* out, int64_t n, float shift) {
+  float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) partial[j] += out[i + j] = exp_approx(in[i + j] - shift);
+  float total = 0;
+  for (int j = 0; j < 8; ++j) total += partial[j];
+  for (; i < n; ++i) total += out[i] = exp_approx(in[i] - shift);
+  return total;
+}
+
 // out = softmax(in) over n scores, in may be out; -inf scores get 0 (at least one must be
-// finite). The sum runs in eight lanes as dot() does, so every vector width adds alike.
+// finite).
 LOL_ALWAYS_INLINE void softmax_row(const float* in, float* out, int64_t n) {
   float best[8];
   for (int j = 0; j < 8; ++j) best[j] = -std::numeric_limits<float>::infinity();
@@ -85,14 +98,7 @@ LOL_ALWAYS_INLINE void softmax_row(const float* in, float* out, int64_t n) {
   float m = best[0];
   for (int j = 1; j < 8; ++j) m = best[j] > m ? best[j] : m;
   for (; i < n; ++i) m = in[i] > m ? in[i] : m;
-  float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) partial[j] += out[i + j] = exp_approx(in[i + j] - m);
-  float total = 0;
-  for (int j = 0; j < 8; ++j) total += partial[j];
-  for (; i < n; ++i) total += out[i] = exp_approx(in[i] - m);
-  const float inv = 1.0f / total;
+  const float inv = 1.0f / exp_shifted_sum(in, out, n, m);
   for (i = 0; i < n; ++i) out[i] *= inv;
 }
 
