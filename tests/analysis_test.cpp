@@ -427,7 +427,7 @@ TEST(DepthExtrapolation, EqualsTheModelWithItsDepthsRepeated) {
     ASSERT_EQ(a.routes.size(), 4u);
     for (size_t l = 0; l < 4; ++l) {
       EXPECT_EQ(a.routes[l].depth, static_cast<int64_t>(l + 1));
-      EXPECT_EQ(a.routes[l].experts, b.routes[l].experts);
+      EXPECT_EQ(a.routes[l].host().experts, b.routes[l].host().experts);
     }
     auto source = [&] { return task_sequences("maze", 4, 2, 9); };
     auto sa = source(), sb = source();

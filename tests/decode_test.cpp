@@ -51,10 +51,11 @@ Reference full_forward(LanguageModel& model, const std::vector<Seq>& seqs,
   for (const auto& d : layout.documents())
     ref.logits.push_back(result.logits.narrow(0, d.start, d.length));
   for (const auto& r : result.routes)
-    for (size_t w = 0; w < r.experts.size(); ++w) {
+    for (size_t w = 0; w < r.host().experts.size(); ++w) {
       const auto& win = r.partition->windows[w];
       ref.routes[{win.document, r.depth, win.ordinal}] = {
-          r.experts[w], r.gates[static_cast<int64_t>(w)].item<double>(), r.margins[w]};
+          r.host().experts[w], r.gates[static_cast<int64_t>(w)].item<double>(),
+          r.host().margins[w]};
     }
   return ref;
 }

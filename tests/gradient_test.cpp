@@ -76,9 +76,9 @@ void expect_gradients_match_reference(const Case& k, uint64_t seed) {
     const auto& fd = layout.documents()[d];
     std::map<std::pair<int64_t, int64_t>, int64_t> hint;
     for (const auto& r : result.routes)
-      for (size_t w = 0; w < r.experts.size(); ++w)
+      for (size_t w = 0; w < r.host().experts.size(); ++w)
         if (r.partition->windows[w].document == static_cast<int64_t>(d))
-          hint[{r.depth, r.partition->windows[w].ordinal}] = r.experts[w];
+          hint[{r.depth, r.partition->windows[w].ordinal}] = r.host().experts[w];
     reference::Document doc{k.docs[d].tokens, k.docs[d].prompt_len,
                             std::vector<bool>(k.docs[d].tokens.size())};
     for (auto p : k.docs[d].router_only) doc.router_only[p] = true;

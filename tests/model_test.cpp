@@ -52,8 +52,8 @@ void expect_matches_reference(const ModelConfig& c, LanguageModel model,
       for (size_t w = 0; w < r.partition->windows.size(); ++w) {
         const auto& win = r.partition->windows[w];
         if (win.document != static_cast<int64_t>(d)) continue;
-        hint[{r.depth, win.ordinal}] = r.experts[w];
-        gate_margin[{r.depth, win.ordinal}] = {r.gates[w].item<double>(), r.margins[w]};
+        hint[{r.depth, win.ordinal}] = r.host().experts[w];
+        gate_margin[{r.depth, win.ordinal}] = {r.gates[w].item<double>(), r.host().margins[w]};
       }
     auto ref = reference::forward(c, weights, to_reference(docs[d]), force, depth, &hint, 1e-4);
     auto fast = result.logits.narrow(0, fd.start, fd.length);
@@ -103,8 +103,8 @@ TEST_P(FamilyTest, AppendingTokensNeverChangesEarlierLogitsOrRoutes) {
     EXPECT_LT(max_abs_diff(part.logits, full.logits.narrow(0, 0, m)), 1e-5) << "prefix " << m;
     ASSERT_EQ(part.routes.size(), full.routes.size());
     for (size_t l = 0; l < part.routes.size(); ++l)
-      for (size_t w = 0; w < part.routes[l].experts.size(); ++w) {
-        EXPECT_EQ(part.routes[l].experts[w], full.routes[l].experts[w]);
+      for (size_t w = 0; w < part.routes[l].host().experts.size(); ++w) {
+        EXPECT_EQ(part.routes[l].host().experts[w], full.routes[l].host().experts[w]);
         EXPECT_NEAR(part.routes[l].gates[w].item<double>(), full.routes[l].gates[w].item<double>(),
                     1e-6);
       }
@@ -151,10 +151,10 @@ TEST(Routing, ForcingTheRoutersOwnChoicesChangesNothing) {
   auto free_run = model->forward(layout);
   ForcedPath both, ids;
   for (const auto& r : free_run.routes)
-    for (size_t w = 0; w < r.experts.size(); ++w) {
+    for (size_t w = 0; w < r.host().experts.size(); ++w) {
       const int64_t k = r.partition->windows[w].ordinal;
-      both.depths[r.depth][k] = {r.experts[w], r.gates[w].item<double>()};
-      ids.depths[r.depth][k] = {r.experts[w], std::nullopt};
+      both.depths[r.depth][k] = {r.host().experts[w], r.gates[w].item<double>()};
+      ids.depths[r.depth][k] = {r.host().experts[w], std::nullopt};
     }
   for (const ForcedPath* path : {&both, &ids}) {
     ForwardOptions options;
@@ -239,7 +239,7 @@ TEST(Routing, GradientReachesTheRouterOnlyThroughTheGate) {
   model->zero_grad();
   auto base = model->forward(layout);
   for (auto& r : base.routes)
-    for (double m : r.margins) ASSERT_GT(m, 1e-6);
+    for (double m : r.host().margins) ASSERT_GT(m, 1e-6);
   loss_of({}).backward();
   auto grad = router_weight.grad().clone();
   EXPECT_GT(grad.abs().max().item<double>(), 0.0);
@@ -273,6 +273,130 @@ TEST(GoldenRouting, ExecutedDepthBelowDMatchesTheReference) {
   EXPECT_EQ(model->forward(layout, options).routes.size(), 2u);
   options.executed_depth = 5;
   EXPECT_THROW(model->forward(layout, options), Error);
+}
+
+// Top-1 selection as tensor operations (no host copy, so a GPU keeps its routes on the device)
+// against a plain loop over the same float32 sums: ties (the first maximum wins), margins, and a
+// forced path with an id, a gate, both, a gap and ordinals past its last entry.
+TEST(Routing, SelectionOnTheDeviceMatchesAHostLoop) {
+  const int64_t windows = 60;
+  std::mt19937 rng(11);
+  for (int64_t L : {1, 2, 5}) {
+    ForcedPath force;
+    force.depths[2][1] = {3 % L, std::nullopt};
+    force.depths[2][3] = {std::nullopt, 0.25};
+    force.depths[2][5] = {1 % L, 0.75};  // ordinals 6, 7, ... take this one
+    force.depths[1][0] = {0, std::nullopt};
+    for (int64_t depth : {2, 3})
+      for (const ForcedPath* path : std::vector<const ForcedPath*>{nullptr, &force}) {
+        // Probabilities on a grid of eighths, so rows hold ties; the bias has ties too.
+        auto probs = torch::randint(0, 8, {windows, L}, torch::kInt64).to(torch::kFloat32) / 8;
+        auto bias = torch::randint(0, 2, {L}, torch::kInt64).to(torch::kFloat32) / 8;
+        std::vector<int64_t> ordinals(windows);
+        for (auto& k : ordinals) k = static_cast<int64_t>(rng() % 9);
+        auto dev_probs = probs.to(testing::device()).requires_grad_();
+        auto got = select_experts(dev_probs, bias.to(testing::device()), depth,
+                                  torch::tensor(ordinals).to(testing::device()), path);
+        const auto& h = got.host();
+        auto gates = got.gates.detach().to(torch::kCPU);
+        ASSERT_EQ(h.experts.size(), static_cast<size_t>(windows));
+        const float* p = probs.data_ptr<float>();
+        const float* b = bias.data_ptr<float>();
+        for (int64_t w = 0; w < windows; ++w) {
+          std::vector<float> sum(L);
+          for (int64_t m = 0; m < L; ++m) sum[m] = p[w * L + m] + b[m];
+          int64_t best = 0;
+          for (int64_t m = 1; m < L; ++m)
+            if (sum[m] > sum[best]) best = m;
+          double second = -std::numeric_limits<double>::infinity();
+          for (int64_t m = 0; m < L; ++m)
+            if (m != best) second = std::max(second, static_cast<double>(sum[m]));
+          const double margin =
+              L > 1 ? sum[best] - second : std::numeric_limits<double>::infinity();
+          int64_t expert = best;
+          float gate = 0;
+          bool forced_gate = false, forced_expert = false;
+          const auto* entry = path ? path->find(depth, ordinals[w]) : nullptr;
+          if (entry && entry->expert) {
+            expert = *entry->expert;
+            forced_expert = true;
+          }
+          gate = p[w * L + expert];
+          if (entry && entry->gate) {
+            gate = static_cast<float>(*entry->gate);
+            forced_gate = true;
+          }
+          SCOPED_TRACE("L " + std::to_string(L) + " depth " + std::to_string(depth) + " window " +
+                       std::to_string(w));
+          EXPECT_EQ(h.router_choice[w], best);
+          EXPECT_EQ(h.experts[w], expert);
+          EXPECT_EQ(h.margins[w], margin);
+          EXPECT_EQ(h.forced_expert[w] != 0, forced_expert);
+          EXPECT_EQ(h.forced_gate[w] != 0, forced_gate);
+          EXPECT_EQ(gates[w].item<float>(), gate);
+        }
+        // The gate carries the router's gradient, unless forced.
+        got.gates.sum().backward();
+        auto grad = dev_probs.grad().to(torch::kCPU);
+        for (int64_t w = 0; w < windows; ++w)
+          for (int64_t m = 0; m < L; ++m)
+            EXPECT_EQ(grad[w][m].item<float>(),
+                      m == h.experts[w] && h.forced_gate[w] == 0 ? 1.0f : 0.0f);
+      }
+  }
+}
+
+// Grouping rows by block: the stable sort a GPU runs and the CPU's counting pass give the same
+// permutation, inverse and slices as grouping by hand, with unused blocks and a single block.
+TEST(Routing, GroupingBySortMatchesTheCountingPass) {
+  auto c = tiny_config();
+  std::vector<Block> blocks;
+  for (int i = 0; i < 5; ++i) blocks.emplace_back(c);
+  std::mt19937 rng(4);
+  std::vector<std::vector<int64_t>> cases = {{}, {3}, {2, 2, 2}, {0, 0, 1, 4}, {4, 1, 1, 0, 4}};
+  for (int64_t n : {17, 300}) {
+    cases.emplace_back(n);
+    for (auto& id : cases.back()) id = 1 + static_cast<int64_t>(rng() % 4);  // block 0 unused
+  }
+  for (const auto& ids : cases) {
+    const auto n = static_cast<int64_t>(ids.size());
+    std::vector<int64_t> perm;
+    std::vector<std::pair<int64_t, int64_t>> slices;  // (block, count)
+    for (int64_t m = 0; m < 5; ++m) {
+      const auto before = perm.size();
+      for (int64_t r = 0; r < n; ++r)
+        if (ids[r] == m) perm.push_back(r);
+      if (perm.size() > before) slices.emplace_back(m, perm.size() - before);
+    }
+    std::vector<int64_t> inverse(n);
+    for (int64_t r = 0; r < n; ++r) inverse[perm[r]] = r;
+    for (auto how : {RowGrouping::kCount, RowGrouping::kSort}) {
+      auto g = group_rows(torch::tensor(ids, torch::kInt64).to(testing::device()), blocks, how);
+      auto to_vector = [](const torch::Tensor& t) {
+        auto h = t.to(torch::kCPU).contiguous();
+        return std::vector<int64_t>(h.data_ptr<int64_t>(), h.data_ptr<int64_t>() + h.numel());
+      };
+      EXPECT_EQ(to_vector(g.perm), perm);
+      EXPECT_EQ(to_vector(g.inverse), inverse);
+      ASSERT_EQ(g.slices.size(), slices.size());
+      int64_t offset = 0;
+      for (size_t i = 0; i < slices.size(); ++i) {
+        EXPECT_EQ(g.slices[i].block.get(), blocks[slices[i].first].get());
+        EXPECT_EQ(g.slices[i].offset, offset);
+        EXPECT_EQ(g.slices[i].count, slices[i].second);
+        offset += slices[i].second;
+      }
+      bool sorted = true;
+      for (int64_t r = 0; r < n; ++r) sorted = sorted && perm[r] == r;
+      if (g.identity) {
+        EXPECT_TRUE(sorted);
+      }
+      if (slices.size() <= 1) {
+        EXPECT_TRUE(g.identity);
+      }
+    }
+  }
+  EXPECT_THROW(group_rows(torch::tensor(std::vector<int64_t>{0, 5}), blocks), std::exception);
 }
 
 }  // namespace

@@ -263,9 +263,10 @@ std::vector<uint8_t> flips(const WindowRouting& routing, const RouteDecisions& d
   for (const auto& record : records) ordinals.push_back(record.window);
   const auto moved =
       routing.route(r + options.perturbation * rms * z, decisions.depth, ordinals, nullptr);
+  const auto& now = moved.host().router_choice;
+  const auto& before = decisions.host().router_choice;
   std::vector<uint8_t> out(records.size());
-  for (size_t w = 0; w < records.size(); ++w)
-    out[w] = moved.router_choice[w] != decisions.router_choice[w];
+  for (size_t w = 0; w < records.size(); ++w) out[w] = now[w] != before[w];
   return out;
 }
 

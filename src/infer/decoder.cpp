@@ -181,7 +181,7 @@ void Decoder::fill_state(Layer& l, const Layout& layout, const torch::Tensor& x,
     keep_range(win.start, win.start + win.length, l.spec.block, nullptr);
     return;
   }
-  l.expert[b] = decision->experts[w];
+  l.expert[b] = decision->host().experts[w];
   l.gate[b] = decision->gates[w];
   FilmRows film = routing_->film(l.spec.depth);
   keep_range(win.start, win.start + win.length, routing_->experts()[l.expert[b]], &film);
@@ -308,7 +308,7 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
     auto records = routes ? decision.records() : std::vector<RouteRecord>{};
     for (size_t i = 0; i < rows_of.size(); ++i) {
       const int64_t b = rows_of[i];
-      l.expert[b] = decision.experts[i];
+      l.expert[b] = decision.host().experts[i];
       l.gate[b] = decision.gates[static_cast<int64_t>(i)];
       if (routes) {
         records[i].sequence = b;
@@ -325,15 +325,16 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
   // The rows grouped by expert, each group one slice of a single pass; attention runs in the
   // cache's row order.
   FilmRows film = routing_->film(spec.depth);
-  const RowGroups groups = group_rows(l.expert, routing_->experts());
+  const RowGroups groups =
+      group_rows(torch::tensor(l.expert, torch::kInt64).to(device_), routing_->experts());
   for (const auto& s : groups.slices) count_call(s.block, s.count);
   if (groups.identity) {
     auto y = run_slices(x, groups.slices, &film,
                         [&](const BlockImpl::QKV& qkv) { return attend(qkv, 0); });
     return x + l.gate.unsqueeze(1) * (y - x);
   }
-  auto perm = torch::tensor(groups.perm, torch::kInt64).to(device_);
-  auto inverse = torch::tensor(groups.inverse, torch::kInt64).to(device_);
+  const auto& perm = groups.perm;
+  const auto& inverse = groups.inverse;
   auto xs = x.index_select(0, perm);
   auto ys = run_slices(xs, groups.slices, &film, [&](const BlockImpl::QKV& qkv) {
     auto att = attend(BlockImpl::QKV{qkv.q.index_select(0, inverse), qkv.k.index_select(0, inverse),

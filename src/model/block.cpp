@@ -223,25 +223,51 @@ BlockImpl::QKV BlockImpl::attention_inputs(const torch::Tensor& x, const FilmRow
                      film ? &film->attn_gamma : nullptr, film ? &film->attn_beta : nullptr)));
 }
 
-RowGroups group_rows(const std::vector<int64_t>& block_of_row, const std::vector<Block>& blocks) {
-  const int64_t n = static_cast<int64_t>(block_of_row.size()),
-                L = static_cast<int64_t>(blocks.size());
-  std::vector<int64_t> counts(L, 0);
-  for (auto b : block_of_row) counts[b]++;
-  std::vector<int64_t> offsets(L, 0);
-  for (int64_t m = 1; m < L; ++m) offsets[m] = offsets[m - 1] + counts[m - 1];
+RowGroups group_rows(const torch::Tensor& block_of_row, const std::vector<Block>& blocks,
+                     RowGrouping how) {
+  TORCH_CHECK(block_of_row.dim() == 1 && block_of_row.scalar_type() == torch::kInt64,
+              "group_rows: block ids must be a 1-D int64 tensor");
+  const int64_t n = block_of_row.size(0), L = static_cast<int64_t>(blocks.size());
+  if (how == RowGrouping::kAuto)
+    how = block_of_row.is_cpu() ? RowGrouping::kCount : RowGrouping::kSort;
   RowGroups g;
-  g.perm.resize(n);
-  g.inverse.resize(n);
-  std::vector<int64_t> next = offsets;
-  for (int64_t r = 0; r < n; ++r) {
-    const int64_t at = next[block_of_row[r]]++;
-    g.perm[at] = r;
-    g.inverse[r] = at;
-    g.identity = g.identity && at == r;
+  std::vector<int64_t> counts(L, 0);
+  if (how == RowGrouping::kCount) {
+    auto ids = block_of_row.to(torch::kCPU).contiguous();
+    const int64_t* id = ids.data_ptr<int64_t>();
+    for (int64_t r = 0; r < n; ++r) {
+      TORCH_CHECK(id[r] >= 0 && id[r] < L, "group_rows: block id ", id[r], " is outside 0..",
+                  L - 1);
+      counts[id[r]]++;
+    }
+    std::vector<int64_t> next(L, 0);
+    for (int64_t m = 1; m < L; ++m) next[m] = next[m - 1] + counts[m - 1];
+    auto perm = torch::empty({n}, torch::kInt64), inverse = torch::empty({n}, torch::kInt64);
+    int64_t* p = perm.data_ptr<int64_t>();
+    int64_t* q = inverse.data_ptr<int64_t>();
+    g.identity = true;
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t at = next[id[r]]++;
+      p[at] = r;
+      q[r] = at;
+      g.identity = g.identity && at == r;
+    }
+    g.perm = perm.to(block_of_row.device());
+    g.inverse = inverse.to(block_of_row.device());
+  } else {
+    // The counts are the one transfer; the order is a stable sort on the device.
+    auto on_host = torch::bincount(block_of_row, {}, L).to(torch::kCPU).contiguous();
+    TORCH_CHECK(on_host.size(0) == L, "group_rows: a block id is outside 0..", L - 1);
+    std::copy_n(on_host.data_ptr<int64_t>(), L, counts.begin());
+    g.perm = std::get<1>(block_of_row.sort(/*stable=*/true, 0, /*descending=*/false));
+    g.inverse = torch::empty_like(g.perm).scatter_(0, g.perm, torch::arange(n, g.perm.options()));
+    g.identity = std::count_if(counts.begin(), counts.end(), [](int64_t c) { return c > 0; }) <= 1;
   }
-  for (int64_t m = 0; m < L; ++m)
-    if (counts[m] > 0) g.slices.push_back({blocks[m], offsets[m], counts[m]});
+  int64_t offset = 0;
+  for (int64_t m = 0; m < L; ++m) {
+    if (counts[m] > 0) g.slices.push_back({blocks[m], offset, counts[m]});
+    offset += counts[m];
+  }
   return g;
 }
 

@@ -136,13 +136,19 @@ struct BlockSlice {
 };
 
 // Rows grouped by the block (expert) each chose, stably: perm[r] is the original row placed
-// at r, inverse undoes it, slices cover the grouped rows, one per block used.
+// at r, inverse undoes it (both int64 on the rows' device), slices cover the grouped rows, one
+// per block used. Only the count of rows per block comes to the host (the slices need it). On a
+// CPU the grouping is a counting pass over the ids; on other devices a stable sort there
+// (kSort asks for it anywhere, so tests check it against the counting pass).
 struct RowGroups {
-  std::vector<int64_t> perm, inverse;
+  torch::Tensor perm, inverse;
   std::vector<BlockSlice> slices;
-  bool identity = true;  // perm is 0..n-1 (one block, or rows already grouped)
+  bool identity = false;  // perm is known to be 0..n-1 (one block used, or rows already grouped)
 };
-RowGroups group_rows(const std::vector<int64_t>& block_of_row, const std::vector<Block>& blocks);
+enum class RowGrouping { kAuto, kCount, kSort };
+// block_of_row: (n) int64, each in 0..blocks.size()-1.
+RowGroups group_rows(const torch::Tensor& block_of_row, const std::vector<Block>& blocks,
+                     RowGrouping how = RowGrouping::kAuto);
 
 // Attention between the projections and the rest of a layer: q (n, H, dh), k and v
 // (n, Hkv, dh) before rotary, in the rows' order -> (n, H * dh).

@@ -108,15 +108,14 @@ torch::Tensor LolCore::router_inputs(const torch::Tensor& first_states,
 RouteDecisions LolCore::route(const torch::Tensor& inputs, int64_t depth,
                               const std::vector<int64_t>& ordinals, const ForcedPath* force) const {
   auto probs = router_->probabilities(inputs, depth, /*add_noise=*/false);
-  return select_experts(probs, router_->balance_bias, depth, ordinals, force);
+  return select_experts(probs, router_->balance_bias, depth,
+                        torch::tensor(ordinals, torch::kInt64).to(probs.device()), force);
 }
 
 torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
                                const Rotary& rotary, const ForwardOptions& options,
                                std::vector<RouteDecisions>* routes) {
   if (options.force) check(*options.force);
-  const int64_t n = layout.num_tokens();
-  const auto device = x_in.device();
   torch::Tensor x = x_in;
   for (const auto& layer : layers(executed_depth(options, config_.core_depth, true))) {
     const int64_t l = layer.depth;
@@ -134,21 +133,19 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
 
     // Order tokens by expert (stable, so each expert's windows stay in flat order).
     scope.emplace("permute");
-    std::vector<int64_t> expert_of_token(n);
-    for (int64_t t = 0; t < n; ++t) expert_of_token[t] = decision.experts[part.token_window[t]];
-    const RowGroups groups = group_rows(expert_of_token, blocks());
-    auto perm_t = torch::tensor(groups.perm, torch::kInt64).to(device);
-    auto inverse_t = torch::tensor(groups.inverse, torch::kInt64).to(device);
+    const RowGroups groups =
+        group_rows(decision.experts.index_select(0, part.token_window_t), blocks());
     FilmRows rows = film(p);
-    auto xp = x.index_select(0, perm_t);
-    auto rotary_rows = rotary.select(perm_t);
+    auto xp = x.index_select(0, groups.perm);
+    auto rotary_rows = rotary.select(groups.perm);
     scope.reset();
-    auto yp = run_blocks(xp, groups.slices, rotary_rows, part.plan, &rows, perm_t, inverse_t);
+    auto yp =
+        run_blocks(xp, groups.slices, rotary_rows, part.plan, &rows, groups.perm, groups.inverse);
     // s = H + alpha * (E(H) - H), alpha per window broadcast to its tokens.
     scope.emplace("permute");
-    auto alpha = decision.gates.index_select(0, part.token_window_t.index_select(0, perm_t));
+    auto alpha = decision.gates.index_select(0, part.token_window_t.index_select(0, groups.perm));
     auto sp = xp + alpha.unsqueeze(1) * (yp - xp);
-    x = sp.index_select(0, inverse_t);
+    x = sp.index_select(0, groups.inverse);
     scope.reset();
     if (options.hook) options.hook("core_depth_out", l, x);
     if (routes) routes->push_back(std::move(decision));
@@ -160,24 +157,31 @@ void LolCore::count_loads(const std::vector<RouteDecisions>& routes, BalanceLoad
   loads.loads.resize(1);
   auto& load = loads.loads[0];
   load.resize(config_.library_size, 0.0);
+  if (routes.empty()) return;
+  // On the device, then one transfer: per expert the windows (or tokens) it took, and how many
+  // decisions kept the router's own top choice.
+  std::vector<torch::Tensor> experts, weights, agreed;
   for (const auto& r : routes) {
-    auto top = std::get<1>(r.probs.detach().max(1)).to(torch::kCPU);
-    auto top_a = top.accessor<int64_t, 1>();
-    for (size_t w = 0; w < r.experts.size(); ++w) {
-      const auto& win = r.partition->windows[w];
-      ++loads.decisions;
-      loads.agreements += top_a[static_cast<int64_t>(w)] == r.experts[w];
-      if (win.ordinal == 0 && !config_.balance_window0) continue;
-      switch (config_.balance_count) {
-        case BalanceCount::kWindows:
-          load[r.experts[w]] += 1.0;
-          break;
-        case BalanceCount::kTokens:
-          load[r.experts[w]] += static_cast<double>(win.length);
-          break;
-      }
-    }
+    const auto& part = *r.partition;
+    auto weight = config_.balance_count == BalanceCount::kTokens
+                      ? part.lengths_t.to(torch::kFloat64)
+                      : torch::ones({r.experts.size(0)},
+                                    torch::dtype(torch::kFloat64).device(r.experts.device()));
+    if (!config_.balance_window0) weight = weight * (part.ordinals_t != 0);
+    experts.push_back(r.experts);
+    weights.push_back(weight);
+    agreed.push_back(r.probs.detach().argmax(1) == r.experts);
+    loads.decisions += r.experts.size(0);
   }
+  const auto all = torch::cat(experts);
+  auto counted = torch::cat({torch::zeros({config_.library_size},
+                                          torch::dtype(torch::kFloat64).device(all.device()))
+                                 .index_add_(0, all, torch::cat(weights)),
+                             torch::cat(agreed).sum().to(torch::kFloat64).reshape({1})})
+                     .to(torch::kCPU);
+  const double* c = counted.data_ptr<double>();
+  for (int64_t m = 0; m < config_.library_size; ++m) load[m] += c[m];
+  loads.agreements += static_cast<int64_t>(c[config_.library_size]);
 }
 
 std::vector<torch::Tensor> LolCore::balance_biases() const {

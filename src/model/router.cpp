@@ -135,7 +135,7 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
                               part.ordinals_t, depth_vectors[depth - 1]);  // (Nw, d)
 
   auto probs = probabilities(inputs, depth, add_noise);
-  RouteDecisions out = select_experts(probs, balance_bias, depth, part.ordinals, force);
+  RouteDecisions out = select_experts(probs, balance_bias, depth, part.ordinals_t, force);
   out.partition = &part;
   out.router_inputs = inputs;
   return out;
@@ -201,17 +201,18 @@ std::vector<RouteRecord> RouteDecisions::records(const Layout* layout) const {
   const int64_t L = p.size(1);
   const double* pd = p.data_ptr<double>();
   const double* gd = g.data_ptr<double>();
-  std::vector<RouteRecord> out(experts.size());
-  for (size_t w = 0; w < experts.size(); ++w) {
+  const auto& h = host();
+  std::vector<RouteRecord> out(h.experts.size());
+  for (size_t w = 0; w < h.experts.size(); ++w) {
     auto& r = out[w];
     const auto row = static_cast<int64_t>(w);
     r.depth = depth;
-    r.expert = experts[w];
-    r.router_choice = router_choice[w];
+    r.expert = h.experts[w];
+    r.router_choice = h.router_choice[w];
     r.gate = gd[row];
-    r.margin = margins[w];
-    r.forced_expert = forced_expert[w] != 0;
-    r.forced_gate = forced_gate[w] != 0;
+    r.margin = h.margins[w];
+    r.forced_expert = h.forced_expert[w] != 0;
+    r.forced_gate = h.forced_gate[w] != 0;
     r.probs.assign(pd + row * L, pd + (row + 1) * L);
     if (layout && partition) {
       const auto& win = partition->windows[w];
@@ -239,60 +240,74 @@ torch::Tensor RouterImpl::probabilities(const torch::Tensor& inputs, int64_t dep
 }
 
 RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& bias, int64_t depth,
-                              const std::vector<int64_t>& ordinals, const ForcedPath* force) {
-  const int64_t num_windows = probs.size(0);
+                              const torch::Tensor& ordinals, const ForcedPath* force) {
+  const int64_t num_windows = probs.size(0), L = probs.size(1);
   const auto device = probs.device();
   RouteDecisions out;
   out.depth = depth;
   out.probs = probs;
-  auto biased = (probs.detach() + bias).to(torch::kCPU).to(torch::kFloat64).contiguous();
-  const int64_t L = biased.size(1);
-  const double* b = biased.data_ptr<double>();
-  std::vector<int64_t> chosen(num_windows);
-  std::vector<double> forced_gate_values(num_windows, 0.0);
-  out.forced_expert.assign(num_windows, 0);
-  out.forced_gate.assign(num_windows, 0);
-  out.margins.assign(num_windows, std::numeric_limits<double>::infinity());
-  out.router_choice.resize(num_windows);
-  bool any_forced_gate = false;
-  for (int64_t w = 0; w < num_windows; ++w) {
-    int64_t best = 0;
-    for (int64_t m = 1; m < L; ++m)
-      if (b[w * L + m] > b[w * L + best]) best = m;
-    double second = -std::numeric_limits<double>::infinity();
-    for (int64_t m = 0; m < L; ++m)
-      if (m != best) second = std::max(second, b[w * L + m]);
-    if (L > 1) out.margins[w] = b[w * L + best] - second;
-    out.router_choice[w] = best;
-    chosen[w] = best;
-    if (!force) continue;
-    if (const auto* entry = force->find(depth, ordinals[w])) {
-      if (entry->expert) {
-        chosen[w] = *entry->expert;
-        out.forced_expert[w] = 1;
-      }
-      if (entry->gate) {
-        forced_gate_values[w] = *entry->gate;
-        out.forced_gate[w] = 1;
-        any_forced_gate = true;
-      }
+  auto biased = probs.detach() + bias;
+  out.router_choice = biased.argmax(1);  // the first maximum, on every device
+  if (L > 1) {
+    auto top = std::get<0>(biased.topk(2, 1)).to(torch::kFloat64);
+    out.margins = top.select(1, 0) - top.select(1, 1);
+  } else {
+    out.margins = torch::full({num_windows}, std::numeric_limits<double>::infinity(),
+                              torch::dtype(torch::kFloat64).device(device));
+  }
+  out.experts = out.router_choice;
+  out.forced_expert = torch::zeros({num_windows}, torch::dtype(torch::kBool).device(device));
+  out.forced_gate = out.forced_expert;
+  torch::Tensor forced_gates;
+  const std::map<int64_t, ForcedPath::Entry>* entries = nullptr;
+  if (force) {
+    auto it = force->depths.find(depth);
+    if (it != force->depths.end() && !it->second.empty()) entries = &it->second;
+  }
+  if (entries) {
+    // The depth's entries as tables over ordinals 0..last (-1 / NaN: not forced); an ordinal
+    // beyond the last takes the last (ForcedPath::find).
+    const int64_t last = entries->rbegin()->first;
+    std::vector<int64_t> expert(last + 1, -1);
+    std::vector<double> gate(last + 1, std::numeric_limits<double>::quiet_NaN());
+    for (const auto& [ordinal, entry] : *entries) {
+      if (entry.expert) expert[ordinal] = *entry.expert;
+      if (entry.gate) gate[ordinal] = *entry.gate;
     }
+    auto at = ordinals.clamp_max(last);
+    auto forced_experts = torch::tensor(expert, torch::kInt64).to(device).index_select(0, at);
+    forced_gates = torch::tensor(gate, torch::kFloat64).to(device).index_select(0, at);
+    out.forced_expert = forced_experts >= 0;
+    out.forced_gate = forced_gates.isnan().logical_not();
+    out.experts = torch::where(out.forced_expert, forced_experts, out.router_choice);
   }
-  out.experts = chosen;
   // alpha = p_rho: the only path from the loss to the router (no gradient through argmax).
-  auto gates =
-      probs.gather(1, torch::tensor(chosen, torch::kInt64).to(device).unsqueeze(1)).squeeze(1);
-  if (any_forced_gate) {
-    auto mask = torch::tensor(std::vector<int64_t>(out.forced_gate.begin(), out.forced_gate.end()),
-                              torch::kInt64)
-                    .to(device)
-                    .to(torch::kBool);
-    auto values =
-        torch::tensor(forced_gate_values, torch::kFloat64).to(device).to(gates.scalar_type());
-    gates = torch::where(mask, values, gates);
-  }
-  out.gates = gates;
+  out.gates = probs.gather(1, out.experts.unsqueeze(1)).squeeze(1);
+  if (forced_gates.defined())
+    out.gates = torch::where(out.forced_gate, forced_gates.to(out.gates.scalar_type()), out.gates);
   return out;
+}
+
+const RouteDecisions::Host& RouteDecisions::host() const {
+  if (host_) return *host_;
+  // One transfer: the integers and flags are exact in float64.
+  auto all = torch::stack({experts.to(torch::kFloat64), router_choice.to(torch::kFloat64),
+                           margins.to(torch::kFloat64), forced_expert.to(torch::kFloat64),
+                           forced_gate.to(torch::kFloat64)})
+                 .to(torch::kCPU)
+                 .contiguous();
+  const int64_t n = all.size(1);
+  const double* v = all.data_ptr<double>();
+  auto copy = std::make_shared<Host>();
+  for (int64_t w = 0; w < n; ++w) {
+    copy->experts.push_back(static_cast<int64_t>(v[w]));
+    copy->router_choice.push_back(static_cast<int64_t>(v[n + w]));
+    copy->margins.push_back(v[2 * n + w]);
+    copy->forced_expert.push_back(v[3 * n + w] != 0);
+    copy->forced_gate.push_back(v[4 * n + w] != 0);
+  }
+  host_ = std::move(copy);
+  return *host_;
 }
 
 }  // namespace lol

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,30 +50,47 @@ struct RouteRecord {
   static RouteRecord from_json(const json& object);  // throws naming the field
 };
 
-// Routing of every window of one depth. Tensors keep their autograd history (gates carry the
-// router's gradient); the vectors are host copies for inspection, balancing and forcing.
+// Routing of every window of one depth, as tensors on the model's device: making them waits for
+// nothing on the host, so a routed depth on a GPU keeps its decisions there. Tensors keep their
+// autograd history (gates carry the router's gradient). host() brings the integer decisions to
+// the host in one transfer, for reports, decoding and forced-path bookkeeping.
 struct RouteDecisions {
   int64_t depth = 0;  // l, 1-based
   const WindowPartition* partition = nullptr;
-  std::vector<int64_t> experts;  // rho per window
-  std::vector<uint8_t> forced_expert, forced_gate;
-  std::vector<int64_t> router_choice;  // argmax of p + b before forcing
-  std::vector<double> margins;         // best minus second-best of p + b (inf when L = 1)
-  torch::Tensor router_inputs;         // (windows, d)
-  torch::Tensor probs;                 // (windows, L) softmax before the bias
-  torch::Tensor gates;                 // (windows) alpha
+  torch::Tensor experts;                     // (windows) int64: rho
+  torch::Tensor router_choice;               // (windows) int64: argmax of p + b before forcing
+  torch::Tensor margins;                     // (windows) float64: best minus second-best of
+                                             // p + b (inf when L = 1)
+  torch::Tensor forced_expert, forced_gate;  // (windows) bool
+  torch::Tensor router_inputs;               // (windows, d)
+  torch::Tensor probs;                       // (windows, L) softmax before the bias
+  torch::Tensor gates;                       // (windows) alpha
+
+  struct Host {
+    std::vector<int64_t> experts, router_choice;
+    std::vector<double> margins;
+    std::vector<uint8_t> forced_expert, forced_gate;
+  };
+  // The host copy, made on first use and kept (not safe to call from two threads at once for
+  // the first time).
+  const Host& host() const;
 
   // Every window's decision as a record. With the layout the decisions came from (and a
   // partition), sequence, window, position and length are filled; otherwise they stay 0 / -1
   // for the caller.
   std::vector<RouteRecord> records(const Layout* layout = nullptr) const;
+
+ private:
+  mutable std::shared_ptr<const Host> host_;
 };
 
-// Top-1 selection from router probabilities (SPEC 1.4, 1.6): argmax of p + bias, then the
-// forced path; alpha = p of the chosen expert unless the gate is forced. One row per window,
-// `ordinals` its window ordinal. Fills every RouteDecisions field but partition and inputs.
+// Top-1 selection from router probabilities (SPEC 1.4, 1.6): argmax of p + bias (the first
+// maximum on ties), then the forced path; alpha = p of the chosen expert unless the gate is
+// forced. One row per window, `ordinals` (windows) int64 its window ordinal, on the device of
+// `probs`. Tensor operations only: nothing waits for the device. Fills every RouteDecisions
+// field but partition and inputs.
 RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& bias, int64_t depth,
-                              const std::vector<int64_t>& ordinals, const ForcedPath* force);
+                              const torch::Tensor& ordinals, const ForcedPath* force);
 
 struct RouterImpl : torch::nn::Module {
   explicit RouterImpl(const ModelConfig& c);
