@@ -64,8 +64,13 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
 }
 
 torch::Tensor Projection::apply(const torch::Tensor& x, const std::vector<torch::Tensor>& parts) {
-  if (torch::GradMode::is_enabled())
+  if (torch::GradMode::is_enabled()) {
+    // Under autocast the product is LibTorch's (it picks the precision); otherwise the
+    // cached stack as one slice of a sliced product, gradients routed to the parts.
+    if (x.dim() == 2 && !autocast_enabled(x.device().type()))
+      return sliced_linear(x, {x.size(0)}, {{parts, stacked(parts)}});
     return torch::nn::functional::linear(x, parts.size() == 1 ? parts[0] : torch::cat(parts, 0));
+  }
   auto panels = panels_for(x, parts);
   if (panels.defined()) return packed_gemm(x.contiguous(), panels, output_columns(parts));
   std::lock_guard<std::mutex> lock(mutex_);
@@ -136,26 +141,23 @@ MoeFeedForwardImpl::MoeFeedForwardImpl(const ModelConfig& c) : top_k(c.moe_top_k
 torch::Tensor MoeFeedForwardImpl::forward(const torch::Tensor& x) {
   // p = softmax(router(x)); experts chosen by top-k of p + bias; each weighted by its p
   // (not renormalised, so top-1 still passes gradient to the router).
-  const int64_t n = x.size(0), num_experts = static_cast<int64_t>(experts->size());
+  const int64_t num_experts = static_cast<int64_t>(experts->size());
   auto probs = torch::softmax(router->forward(x), -1);                         // (n, E)
   auto choice = std::get<1>((probs.detach() + balance_bias).topk(top_k, -1));  // (n, k)
   auto gates = probs.gather(1, choice);                                        // (n, k)
-  auto choice_cpu = choice.to(torch::kCPU).contiguous();
-  const int64_t* chosen = choice_cpu.data_ptr<int64_t>();
-  std::vector<std::vector<int64_t>> rows(num_experts), slots(num_experts);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < top_k; ++j) {
-      rows[chosen[i * top_k + j]].push_back(i);
-      slots[chosen[i * top_k + j]].push_back(i * top_k + j);
-    }
-  last_load.assign(num_experts, 0);
+  // The (token, slot) pairs grouped by expert: slot i * k + j is token i's j-th choice.
+  const auto by_expert = group_ids(choice.reshape({-1}), num_experts);
+  const auto tokens = torch::div(by_expert.perm, top_k, "floor");
+  last_load = by_expert.counts;
   auto out = torch::zeros_like(x);
   auto flat_gates = gates.reshape({-1});
+  int64_t offset = 0;
   for (int64_t e = 0; e < num_experts; ++e) {
-    if (rows[e].empty()) continue;
-    last_load[e] = static_cast<int64_t>(rows[e].size());
-    auto idx = torch::tensor(rows[e], torch::kInt64).to(x.device());
-    auto slot = torch::tensor(slots[e], torch::kInt64).to(x.device());
+    const int64_t count = by_expert.counts[e];
+    if (count == 0) continue;
+    auto idx = tokens.narrow(0, offset, count);
+    auto slot = by_expert.perm.narrow(0, offset, count);
+    offset += count;
     auto y = experts[e]->as<FeedForward>()->forward(x.index_select(0, idx));
     out = out.index_add(0, idx,
                         (y * flat_gates.index_select(0, slot).unsqueeze(1)).to(out.scalar_type()));
@@ -191,12 +193,10 @@ torch::Tensor BlockImpl::sublayer_input(const torch::Tensor& normalized,
     return rows * w * *gamma + *beta;
   };
   if (counts.size() == 1) return one(normalized, norm_weights[0]);
+  const RowSlices slices(counts);
   std::vector<torch::Tensor> parts;
-  int64_t offset = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    parts.push_back(one(normalized.narrow(0, offset, counts[i]), norm_weights[i]));
-    offset += counts[i];
-  }
+  for (size_t i = 0; i < slices.size(); ++i)
+    parts.push_back(one(normalized.narrow(0, slices.begin(i), slices.count(i)), norm_weights[i]));
   return torch::cat(parts, 0);
 }
 
@@ -223,25 +223,23 @@ BlockImpl::QKV BlockImpl::attention_inputs(const torch::Tensor& x, const FilmRow
                      film ? &film->attn_gamma : nullptr, film ? &film->attn_beta : nullptr)));
 }
 
-RowGroups group_rows(const torch::Tensor& block_of_row, const std::vector<Block>& blocks,
-                     RowGrouping how) {
-  TORCH_CHECK(block_of_row.dim() == 1 && block_of_row.scalar_type() == torch::kInt64,
-              "group_rows: block ids must be a 1-D int64 tensor");
-  const int64_t n = block_of_row.size(0), L = static_cast<int64_t>(blocks.size());
-  if (how == RowGrouping::kAuto)
-    how = block_of_row.is_cpu() ? RowGrouping::kCount : RowGrouping::kSort;
-  RowGroups g;
-  std::vector<int64_t> counts(L, 0);
+IdGroups group_ids(const torch::Tensor& ids, int64_t groups, RowGrouping how) {
+  TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == torch::kInt64,
+              "group_ids: ids must be a 1-D int64 tensor");
+  const int64_t n = ids.size(0);
+  if (how == RowGrouping::kAuto) how = ids.is_cpu() ? RowGrouping::kCount : RowGrouping::kSort;
+  IdGroups g;
+  g.counts.assign(groups, 0);
   if (how == RowGrouping::kCount) {
-    auto ids = block_of_row.to(torch::kCPU).contiguous();
-    const int64_t* id = ids.data_ptr<int64_t>();
+    auto host = ids.to(torch::kCPU).contiguous();
+    const int64_t* id = host.data_ptr<int64_t>();
     for (int64_t r = 0; r < n; ++r) {
-      TORCH_CHECK(id[r] >= 0 && id[r] < L, "group_rows: block id ", id[r], " is outside 0..",
-                  L - 1);
-      counts[id[r]]++;
+      TORCH_CHECK(id[r] >= 0 && id[r] < groups, "group_ids: id ", id[r], " is outside 0..",
+                  groups - 1);
+      g.counts[id[r]]++;
     }
-    std::vector<int64_t> next(L, 0);
-    for (int64_t m = 1; m < L; ++m) next[m] = next[m - 1] + counts[m - 1];
+    std::vector<int64_t> next(groups, 0);
+    for (int64_t m = 1; m < groups; ++m) next[m] = next[m - 1] + g.counts[m - 1];
     auto perm = torch::empty({n}, torch::kInt64), inverse = torch::empty({n}, torch::kInt64);
     int64_t* p = perm.data_ptr<int64_t>();
     int64_t* q = inverse.data_ptr<int64_t>();
@@ -252,21 +250,29 @@ RowGroups group_rows(const torch::Tensor& block_of_row, const std::vector<Block>
       q[r] = at;
       g.identity = g.identity && at == r;
     }
-    g.perm = perm.to(block_of_row.device());
-    g.inverse = inverse.to(block_of_row.device());
+    g.perm = perm.to(ids.device());
+    g.inverse = inverse.to(ids.device());
   } else {
     // The counts are the one transfer; the order is a stable sort on the device.
-    auto on_host = torch::bincount(block_of_row, {}, L).to(torch::kCPU).contiguous();
-    TORCH_CHECK(on_host.size(0) == L, "group_rows: a block id is outside 0..", L - 1);
-    std::copy_n(on_host.data_ptr<int64_t>(), L, counts.begin());
-    g.perm = std::get<1>(block_of_row.sort(/*stable=*/true, 0, /*descending=*/false));
+    auto on_host = torch::bincount(ids, {}, groups).to(torch::kCPU).contiguous();
+    TORCH_CHECK(on_host.size(0) == groups, "group_ids: an id is outside 0..", groups - 1);
+    std::copy_n(on_host.data_ptr<int64_t>(), groups, g.counts.begin());
+    g.perm = std::get<1>(ids.sort(/*stable=*/true, 0, /*descending=*/false));
     g.inverse = torch::empty_like(g.perm).scatter_(0, g.perm, torch::arange(n, g.perm.options()));
-    g.identity = std::count_if(counts.begin(), counts.end(), [](int64_t c) { return c > 0; }) <= 1;
+    g.identity =
+        std::count_if(g.counts.begin(), g.counts.end(), [](int64_t c) { return c > 0; }) <= 1;
   }
+  return g;
+}
+
+RowGroups group_rows(const torch::Tensor& block_of_row, const std::vector<Block>& blocks,
+                     RowGrouping how) {
+  RowGroups g;
+  static_cast<IdGroups&>(g) = group_ids(block_of_row, static_cast<int64_t>(blocks.size()), how);
   int64_t offset = 0;
-  for (int64_t m = 0; m < L; ++m) {
-    if (counts[m] > 0) g.slices.push_back({blocks[m], offset, counts[m]});
-    offset += counts[m];
+  for (size_t m = 0; m < blocks.size(); ++m) {
+    if (g.counts[m] > 0) g.slices.push_back({blocks[m], offset, g.counts[m]});
+    offset += g.counts[m];
   }
   return g;
 }
@@ -298,11 +304,11 @@ struct ProjectionRef {
 // slice may take the packed few-row kernel (decoding: a routed depth's experts with a row or a
 // few each), one grouped product serves them all; otherwise one product per slice.
 torch::Tensor project_slices(const torch::Tensor& x, const std::vector<BlockSlice>& slices,
+                             const std::vector<int64_t>& counts,
                              const std::function<ProjectionRef(BlockImpl&)>& of) {
   ProfileScope scope("proj");
   std::vector<ProjectionRef> refs;
   for (const auto& s : slices) refs.push_back(of(*s.block.ptr()));
-  const auto counts = slice_counts(slices, x.size(0));
   if (torch::GradMode::is_enabled() && !autocast_enabled(x.device().type())) {
     std::vector<SlicedWeight> weights;
     for (auto& r : refs) weights.push_back({r.parts, r.projection->stacked(r.parts)});
@@ -344,7 +350,7 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
         film ? (attention ? &film->attn_beta : &film->ffn_beta) : nullptr);
   };
   // Attention sublayer: each slice's q|k|v, attention over all rows, each slice's output.
-  auto qkv = project_slices(sublayer_inputs(x, true), slices, [](BlockImpl& b) {
+  auto qkv = project_slices(sublayer_inputs(x, true), slices, counts, [](BlockImpl& b) {
     return ProjectionRef{&b.qkv, b.qkv_weights()};
   });
   torch::Tensor attended;
@@ -352,7 +358,7 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
     ProfileScope scope("attend");
     attended = attend_rows(slices.front().block->split_qkv(qkv));
   }
-  auto a = x + project_slices(attended, slices, [](BlockImpl& b) {
+  auto a = x + project_slices(attended, slices, counts, [](BlockImpl& b) {
              return ProjectionRef{&b.out_proj, {b.attn->o->weight}};
            });
   // Feed-forward sublayer, SwiGLU's gate over all rows at once between the slices' products.
@@ -369,7 +375,7 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
     }
     return a + cat_rows(parts);
   }
-  auto gate_up = project_slices(inputs, slices, [](BlockImpl& b) {
+  auto gate_up = project_slices(inputs, slices, counts, [](BlockImpl& b) {
     return ProjectionRef{&b.ffn->gate_up, {b.ffn->gate->weight, b.ffn->up->weight}};
   });
   torch::Tensor hidden_act;
@@ -377,7 +383,7 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
     ProfileScope scope("swiglu");
     hidden_act = swiglu(gate_up);
   }
-  return a + project_slices(hidden_act, slices, [](BlockImpl& b) {
+  return a + project_slices(hidden_act, slices, counts, [](BlockImpl& b) {
            return ProjectionRef{&b.ffn->down_proj, {b.ffn->down->weight}};
          });
 }

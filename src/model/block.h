@@ -54,8 +54,9 @@ TORCH_MODULE(Attention);
 // them all (q|k|v, gate|up). The stack is cached until any part changes (tensor version
 // counters), so decoding does not copy the weights at every token; and fp32 rows on a CPU with
 // AVX2 go to the packed kernel of model/packed_gemm.h over a panel copy cached the same way.
-// With gradients on, apply() rebuilds the stack (autograd flows through it); the routed
-// product of model/sliced_linear.h takes the cached one and routes gradients to the parts.
+// With gradients on, the product is the sliced product of model/sliced_linear.h over the
+// cached stack, which routes gradients to the parts (under autocast, LibTorch's linear over a
+// stack rebuilt with autograd).
 // The caches are filled under a lock, so threads may share one model for inference.
 class Projection {
  public:
@@ -135,18 +136,24 @@ struct BlockSlice {
   int64_t count = 0;
 };
 
-// Rows grouped by the block (expert) each chose, stably: perm[r] is the original row placed
-// at r, inverse undoes it (both int64 on the rows' device), slices cover the grouped rows, one
-// per block used. Only the count of rows per block comes to the host (the slices need it). On a
-// CPU the grouping is a counting pass over the ids; on other devices a stable sort there
-// (kSort asks for it anywhere, so tests check it against the counting pass).
-struct RowGroups {
+// Rows grouped by an id in 0..groups-1 (the expert each chose), stably: perm[r] is the
+// original row placed at r, inverse undoes it (both int64 on the ids' device), counts[g] the
+// rows of group g, placed in group order. Only the counts come to the host (slices of rows
+// need them). On a CPU the grouping is a counting pass over the ids; on other devices a stable
+// sort there (kSort asks for it anywhere, so tests check it against the counting pass).
+struct IdGroups {
   torch::Tensor perm, inverse;
-  std::vector<BlockSlice> slices;
-  bool identity = false;  // perm is known to be 0..n-1 (one block used, or rows already grouped)
+  std::vector<int64_t> counts;
+  bool identity = false;  // perm is known to be 0..n-1 (one group used, or rows already grouped)
 };
 enum class RowGrouping { kAuto, kCount, kSort };
-// block_of_row: (n) int64, each in 0..blocks.size()-1.
+// ids: (n) int64, each in 0..groups-1.
+IdGroups group_ids(const torch::Tensor& ids, int64_t groups, RowGrouping how = RowGrouping::kAuto);
+
+// group_ids by the block each row runs, with a slice per block used.
+struct RowGroups : IdGroups {
+  std::vector<BlockSlice> slices;
+};
 RowGroups group_rows(const torch::Tensor& block_of_row, const std::vector<Block>& blocks,
                      RowGrouping how = RowGrouping::kAuto);
 

@@ -80,13 +80,10 @@ struct ScaleShiftFunction : torch::autograd::Function<ScaleShiftFunction> {
       int64_t slice, begin, end;
     };
     std::vector<Chunk> chunks;
-    int64_t offset = 0;
-    for (size_t s = 0; s < counts.size(); ++s) {
-      for (int64_t r = offset; r < offset + counts[s]; r += kCpuRowGrain)
-        chunks.push_back(
-            {static_cast<int64_t>(s), r, std::min(offset + counts[s], r + kCpuRowGrain)});
-      offset += counts[s];
-    }
+    const RowSlices slices(counts);
+    for (size_t s = 0; s < slices.size(); ++s)
+      for (int64_t r = slices.begin(s); r < slices.end(s); r += kCpuRowGrain)
+        chunks.push_back({static_cast<int64_t>(s), r, std::min(slices.end(s), r + kCpuRowGrain)});
     const int64_t num_chunks = static_cast<int64_t>(chunks.size());
     std::vector<float> partial(static_cast<size_t>(num_chunks * 3 * d), 0.0f);
     const float* xp = x.data_ptr<float>();

@@ -74,15 +74,6 @@ torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps, torch::Tenso
   return y;
 }
 
-RowSlices::RowSlices(const std::vector<int64_t>& counts) {
-  int64_t end = 0;
-  for (auto c : counts) ends.push_back(end += c);
-}
-
-size_t RowSlices::slice_of(int64_t row) const {
-  return static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), row) - ends.begin());
-}
-
 torch::Tensor scale_shift_cpu(const torch::Tensor& x, const std::vector<torch::Tensor>& scales,
                               const RowSlices& slices, const torch::Tensor* gamma,
                               const torch::Tensor* beta) {
@@ -97,7 +88,7 @@ torch::Tensor scale_shift_cpu(const torch::Tensor& x, const std::vector<torch::T
   at::parallel_for(0, n, kCpuRowGrain, [&](int64_t begin, int64_t end) {
     size_t s = slices.slice_of(begin);
     for (int64_t r = begin; r < end; ++r) {
-      while (r >= slices.ends[s]) ++s;
+      while (r >= slices.end(s)) ++s;
       const float* wp = wps[s];
       const float* row = xp + r * d;
       float* out = yp + r * d;

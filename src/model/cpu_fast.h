@@ -12,6 +12,8 @@
 #include <limits>
 #include <vector>
 
+#include "model/row_slices.h"
+
 namespace lol {
 
 // Forces inlining, so that helpers called from a function compiled for wider vectors (the
@@ -111,13 +113,6 @@ bool cpu_fast_path(std::initializer_list<const torch::Tensor*> tensors);
 // row's 1 / sqrt(mean(x^2) + eps) (n).
 torch::Tensor rms_normalize_cpu(const torch::Tensor& x, double eps,
                                 torch::Tensor* inv_rms = nullptr);
-// Slices of rows that tile them in order (counts), as a routed depth groups its experts'
-// rows: each slice's end row, and the slice a row is in.
-struct RowSlices {
-  explicit RowSlices(const std::vector<int64_t>& counts);
-  size_t slice_of(int64_t row) const;
-  std::vector<int64_t> ends;
-};
 // x (n, d) * scales[s] (d) on the rows of slice s [* gamma (d)] [+ beta (d)]: the norm weights
 // of the blocks the slices run and FiLM, in one pass.
 torch::Tensor scale_shift_cpu(const torch::Tensor& x, const std::vector<torch::Tensor>& scales,

@@ -1,5 +1,6 @@
 #include "model/sliced_linear.h"
 
+#include "model/row_slices.h"
 #include "util/error.h"
 #include "util/op_profile.h"
 
@@ -18,11 +19,10 @@ struct SlicedLinearFunction : torch::autograd::Function<SlicedLinearFunction> {
                                std::vector<int64_t> counts, std::vector<int64_t> part_counts) {
     profile_custom_function_forward();
     auto y = torch::empty({x.size(0), stacked.front().size(0)}, x.options());
-    int64_t offset = 0;
-    for (size_t i = 0; i < counts.size(); ++i) {
-      auto out = y.narrow(0, offset, counts[i]);
-      at::mm_out(out, x.narrow(0, offset, counts[i]), stacked[i].t());
-      offset += counts[i];
+    const RowSlices slices(counts);
+    for (size_t i = 0; i < slices.size(); ++i) {
+      auto out = y.narrow(0, slices.begin(i), slices.count(i));
+      at::mm_out(out, x.narrow(0, slices.begin(i), slices.count(i)), stacked[i].t());
     }
     std::vector<torch::Tensor> saved{x};
     saved.insert(saved.end(), stacked.begin(), stacked.end());
@@ -45,25 +45,25 @@ struct SlicedLinearFunction : torch::autograd::Function<SlicedLinearFunction> {
     const bool want_x = ctx->needs_input_grad(0);
     auto dx = want_x ? torch::empty_like(x) : torch::Tensor();
     variable_list out{dx};
-    int64_t offset = 0;
+    const RowSlices slices(counts);
     size_t part = 0;
-    for (size_t i = 0; i < counts.size(); ++i) {
-      const auto dy_i = dy.narrow(0, offset, counts[i]);
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const auto dy_i = dy.narrow(0, slices.begin(i), slices.count(i));
+      const auto x_i = x.narrow(0, slices.begin(i), slices.count(i));
       if (want_x) {
-        auto dx_i = dx.narrow(0, offset, counts[i]);
+        auto dx_i = dx.narrow(0, slices.begin(i), slices.count(i));
         at::mm_out(dx_i, dy_i, saved[1 + i]);
       }
       // The stack's gradient (out, in), row-major as the weights are; each part a row range.
       bool want_w = false;
       for (int64_t j = 0; j < part_counts[i]; ++j)
         want_w = want_w || ctx->needs_input_grad(1 + part + static_cast<size_t>(j));
-      const auto dw = want_w ? at::mm(dy_i.t(), x.narrow(0, offset, counts[i])) : torch::Tensor();
+      const auto dw = want_w ? at::mm(dy_i.t(), x_i) : torch::Tensor();
       int64_t row = 0;
       for (int64_t j = 0; j < part_counts[i]; ++j, ++part) {
         out.push_back(want_w ? dw.narrow(0, row, part_rows[part]) : torch::Tensor());
         row += part_rows[part];
       }
-      offset += counts[i];
     }
     for (int k = 0; k < 3; ++k) out.emplace_back();  // stacked, counts, part_counts
     return out;
