@@ -155,21 +155,21 @@ const WindowPartition& Layout::windows(int64_t window, int64_t delta) const {
   }
   for (const auto& w : part.windows) segments.push_back({w.start, w.length});
   part.token_window_t = torch::tensor(part.token_window, torch::kInt64).to(device_);
-  std::vector<int64_t> lengths, first_token, slots, slot_prev;
+  std::vector<int64_t> lengths, first_token, ordinals, slots, slot_prev;
   for (const auto& w : part.windows) part.max_windows = std::max(part.max_windows, w.ordinal + 1);
   for (const auto& w : part.windows) {
     lengths.push_back(w.length);
     first_token.push_back(documents_[w.document].start);
     slots.push_back(w.document * part.max_windows + w.ordinal);
     slot_prev.push_back(w.document * part.max_windows + std::max<int64_t>(w.ordinal - 1, 0));
-    part.ordinals.push_back(w.ordinal);
+    ordinals.push_back(w.ordinal);
   }
   auto on_device = [&](const std::vector<int64_t>& v) {
     return torch::tensor(v, torch::kInt64).to(device_);
   };
   part.lengths_t = on_device(lengths);
   part.first_token_t = on_device(first_token);
-  part.ordinals_t = on_device(part.ordinals);
+  part.ordinals_t = on_device(ordinals);
   part.slots_t = on_device(slots);
   part.slot_prev_t = on_device(slot_prev);
   part.plan = build_attention_plan(segments, router_only_, num_tokens(), 0, device_);

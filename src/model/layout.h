@@ -63,7 +63,6 @@ struct WindowPartition {
   // partition, so a routed depth copies nothing from the host): its length, its document's
   // first flat token, its ordinal, and its cell and its predecessor's cell in a (documents x
   // max_windows) grid (the first window's predecessor is itself).
-  std::vector<int64_t> ordinals;
   torch::Tensor lengths_t, first_token_t, ordinals_t, slots_t, slot_prev_t;
   int64_t max_windows = 0;
 };

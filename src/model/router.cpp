@@ -257,7 +257,7 @@ RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& b
   }
   out.experts = out.router_choice;
   out.forced_expert = torch::zeros({num_windows}, torch::dtype(torch::kBool).device(device));
-  out.forced_gate = out.forced_expert;
+  out.forced_gate = torch::zeros_like(out.forced_expert);
   torch::Tensor forced_gates;
   const std::map<int64_t, ForcedPath::Entry>* entries = nullptr;
   if (force) {

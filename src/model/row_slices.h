@@ -16,7 +16,6 @@ class RowSlices {
     for (auto c : counts) ends_.push_back(end += c);
   }
   size_t size() const { return ends_.size(); }
-  int64_t rows() const { return ends_.empty() ? 0 : ends_.back(); }
   int64_t begin(size_t s) const { return s == 0 ? 0 : ends_[s - 1]; }
   int64_t end(size_t s) const { return ends_[s]; }
   int64_t count(size_t s) const { return end(s) - begin(s); }
