@@ -5,6 +5,11 @@
 #include "util/error.h"
 
 namespace lol {
+namespace {
+torch::Tensor int64_tensor(const std::vector<int64_t>& values, torch::Device device) {
+  return torch::tensor(values, torch::kInt64).to(device);
+}
+}  // namespace
 
 int64_t window_ordinal(int64_t i, int64_t prompt_len, int64_t window, int64_t delta) {
   if (prompt_len <= 0) return (i + delta) / window;
@@ -103,12 +108,9 @@ Layout::Layout(const Batch& batch, int64_t vocab_size, torch::Device device) : d
       }
     }
   }
-  auto to_tensor = [&](const std::vector<int64_t>& v) {
-    return torch::tensor(v, torch::kInt64).to(device_);
-  };
-  tokens_ = to_tensor(flat_tokens);
-  positions_ = to_tensor(positions);
-  grid_index_ = to_tensor(grid);
+  tokens_ = int64_tensor(flat_tokens, device_);
+  positions_ = int64_tensor(positions, device_);
+  grid_index_ = int64_tensor(grid, device_);
 }
 
 const AttentionPlan& Layout::document_plan() const {
@@ -154,7 +156,7 @@ const WindowPartition& Layout::windows(int64_t window, int64_t delta) const {
     }
   }
   for (const auto& w : part.windows) segments.push_back({w.start, w.length});
-  part.token_window_t = torch::tensor(part.token_window, torch::kInt64).to(device_);
+  part.token_window_t = int64_tensor(part.token_window, device_);
   std::vector<int64_t> lengths, first_token, ordinals, slots, slot_prev;
   for (const auto& w : part.windows) part.max_windows = std::max(part.max_windows, w.ordinal + 1);
   for (const auto& w : part.windows) {
@@ -164,14 +166,11 @@ const WindowPartition& Layout::windows(int64_t window, int64_t delta) const {
     slot_prev.push_back(w.document * part.max_windows + std::max<int64_t>(w.ordinal - 1, 0));
     ordinals.push_back(w.ordinal);
   }
-  auto on_device = [&](const std::vector<int64_t>& v) {
-    return torch::tensor(v, torch::kInt64).to(device_);
-  };
-  part.lengths_t = on_device(lengths);
-  part.first_token_t = on_device(first_token);
-  part.ordinals_t = on_device(ordinals);
-  part.slots_t = on_device(slots);
-  part.slot_prev_t = on_device(slot_prev);
+  part.lengths_t = int64_tensor(lengths, device_);
+  part.first_token_t = int64_tensor(first_token, device_);
+  part.ordinals_t = int64_tensor(ordinals, device_);
+  part.slots_t = int64_tensor(slots, device_);
+  part.slot_prev_t = int64_tensor(slot_prev, device_);
   part.plan = build_attention_plan(segments, router_only_, num_tokens(), 0, device_);
   return partitions_.emplace(key, std::move(part)).first->second;
 }
