@@ -89,9 +89,8 @@ LOL_ALWAYS_INLINE float exp_shifted_sum(const float* in, float* out, int64_t n, 
   return total;
 }
 
-// out = softmax(in) over n scores, in may be out; -inf scores get 0 (at least one must be
-// finite).
-LOL_ALWAYS_INLINE void softmax_row(const float* in, float* out, int64_t n) {
+// The largest of n values (-inf for none), in eight lanes so the loop vectorises.
+LOL_ALWAYS_INLINE float max_of(const float* in, int64_t n) {
   float best[8];
   for (int j = 0; j < 8; ++j) best[j] = -std::numeric_limits<float>::infinity();
   int64_t i = 0;
@@ -100,8 +99,14 @@ LOL_ALWAYS_INLINE void softmax_row(const float* in, float* out, int64_t n) {
   float m = best[0];
   for (int j = 1; j < 8; ++j) m = best[j] > m ? best[j] : m;
   for (; i < n; ++i) m = in[i] > m ? in[i] : m;
-  const float inv = 1.0f / exp_shifted_sum(in, out, n, m);
-  for (i = 0; i < n; ++i) out[i] *= inv;
+  return m;
+}
+
+// out = softmax(in) over n scores, in may be out; -inf scores get 0 (at least one must be
+// finite).
+LOL_ALWAYS_INLINE void softmax_row(const float* in, float* out, int64_t n) {
+  const float inv = 1.0f / exp_shifted_sum(in, out, n, max_of(in, n));
+  for (int64_t i = 0; i < n; ++i) out[i] *= inv;
 }
 
 // Whether every tensor given (null ones skipped) is a contiguous fp32 CPU tensor.
