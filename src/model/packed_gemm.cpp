@@ -18,25 +18,32 @@ constexpr int64_t kParallelFlops = 1 << 15;
 
 #ifdef LOL_PACKED_GEMM
 // Rows [0, M) of x times panels [nb, nb + P): M x P accumulators of 8 columns, each weight
-// vector loaded once per k and used for every row. M <= 4, P <= 3: 12 + 3 + 1 <= 16 ymm
-// registers. The accumulators are named variables rather than an array: GCC keeps an array
-// of vectors in memory here and stores every accumulator at every k, which halved the speed.
+// vector loaded once per k and used for every row. M <= 4 rows of P <= 3 panels (12 + 3 + 1 <=
+// 16 ymm registers), or M <= 2 rows of P <= 6: each accumulator takes one FMA per k, a chain
+// as long as the FMA's latency, so one or two rows need more panels in flight to keep the
+// loads, not that chain, the limit (M x P >= 6 independent sums). The accumulators are named
+// variables rather than an array: GCC keeps an array of vectors in memory here and stores
+// every accumulator at every k, which halved the speed.
 template <int M, int P>
 __attribute__((target("avx2,fma"))) void tile(const float* x, int64_t K, const float* panels,
                                               float* y, int64_t ldy, int64_t nb) {
-  static_assert(M >= 1 && M <= 4 && P >= 1 && P <= 3, "tile: at most 4 rows of 3 panels");
+  static_assert(M >= 1 && P >= 1 && ((M <= 4 && P <= 3) || (M <= 2 && P <= 6)),
+                "tile: at most 4 rows of 3 panels or 2 rows of 6");
   const __m256 zero = _mm256_setzero_ps();
-  __m256 c00 = zero, c01 = zero, c02 = zero, c10 = zero, c11 = zero, c12 = zero;
+  __m256 c00 = zero, c01 = zero, c02 = zero, c03 = zero, c04 = zero, c05 = zero;
+  __m256 c10 = zero, c11 = zero, c12 = zero, c13 = zero, c14 = zero, c15 = zero;
   __m256 c20 = zero, c21 = zero, c22 = zero, c30 = zero, c31 = zero, c32 = zero;
-  // Panels past P are never read; their pointers stay on the first (none points past the end).
-  const float* w0 = panels + nb * K * 8;
-  const float* w1 = P > 1 ? w0 + K * 8 : w0;
-  const float* w2 = P > 2 ? w1 + K * 8 : w0;
+  // Panel p starts p * K * 8 floats after the first; panels past P are never read.
+  const float* w = panels + nb * K * 8;
   for (int64_t k = 0; k < K; ++k) {
-    const __m256 v0 = _mm256_loadu_ps(w0 + k * 8);
-    const __m256 v1 = P > 1 ? _mm256_loadu_ps(w1 + k * 8) : zero;
-    const __m256 v2 = P > 2 ? _mm256_loadu_ps(w2 + k * 8) : zero;
-// (Macros, not lambdas: a lambda does not inherit the function's target attribute.)
+    const float* wk = w + k * 8;
+    // (Macros, not lambdas: a lambda does not inherit the function's target attribute.)
+    if constexpr (P <= 3) {
+      // The P weight vectors loaded, then each row's broadcast against them: 12 accumulators
+      // + 3 weights + 1 broadcast registers.
+      const __m256 v0 = _mm256_loadu_ps(wk);
+      const __m256 v1 = P > 1 ? _mm256_loadu_ps(wk + K * 8) : zero;
+      const __m256 v2 = P > 2 ? _mm256_loadu_ps(wk + 2 * K * 8) : zero;
 #define LOL_TILE_ROW(m, a0, a1, a2)                       \
   do {                                                    \
     const __m256 xv = _mm256_broadcast_ss(x + (m)*K + k); \
@@ -44,23 +51,47 @@ __attribute__((target("avx2,fma"))) void tile(const float* x, int64_t K, const f
     if (P > 1) a1 = _mm256_fmadd_ps(xv, v1, a1);          \
     if (P > 2) a2 = _mm256_fmadd_ps(xv, v2, a2);          \
   } while (0)
-    LOL_TILE_ROW(0, c00, c01, c02);
-    if (M > 1) LOL_TILE_ROW(1, c10, c11, c12);
-    if (M > 2) LOL_TILE_ROW(2, c20, c21, c22);
-    if (M > 3) LOL_TILE_ROW(3, c30, c31, c32);
+      LOL_TILE_ROW(0, c00, c01, c02);
+      if (M > 1) LOL_TILE_ROW(1, c10, c11, c12);
+      if (M > 2) LOL_TILE_ROW(2, c20, c21, c22);
+      if (M > 3) LOL_TILE_ROW(3, c30, c31, c32);
 #undef LOL_TILE_ROW
-  }
-#define LOL_TILE_STORE(m, a0, a1, a2)          \
-  do {                                         \
-    float* out = y + (m)*ldy + nb * 8;         \
-    _mm256_storeu_ps(out, a0);                 \
-    if (P > 1) _mm256_storeu_ps(out + 8, a1);  \
-    if (P > 2) _mm256_storeu_ps(out + 16, a2); \
+    } else {
+      // M <= 2: the rows' broadcasts held, each panel's weight vector used as it is loaded:
+      // 12 accumulators + 2 broadcasts + 1 weight register.
+      const __m256 x0 = _mm256_broadcast_ss(x + k);
+      const __m256 x1 = M > 1 ? _mm256_broadcast_ss(x + K + k) : zero;
+#define LOL_TILE_PANEL(p, a0, a1)                       \
+  do {                                                  \
+    if (P > (p)) {                                      \
+      const __m256 v = _mm256_loadu_ps(wk + (p)*K * 8); \
+      a0 = _mm256_fmadd_ps(x0, v, a0);                  \
+      if (M > 1) a1 = _mm256_fmadd_ps(x1, v, a1);       \
+    }                                                   \
   } while (0)
-  LOL_TILE_STORE(0, c00, c01, c02);
-  if (M > 1) LOL_TILE_STORE(1, c10, c11, c12);
-  if (M > 2) LOL_TILE_STORE(2, c20, c21, c22);
-  if (M > 3) LOL_TILE_STORE(3, c30, c31, c32);
+      LOL_TILE_PANEL(0, c00, c10);
+      LOL_TILE_PANEL(1, c01, c11);
+      LOL_TILE_PANEL(2, c02, c12);
+      LOL_TILE_PANEL(3, c03, c13);
+      LOL_TILE_PANEL(4, c04, c14);
+      LOL_TILE_PANEL(5, c05, c15);
+#undef LOL_TILE_PANEL
+    }
+  }
+#define LOL_TILE_STORE(m, a0, a1, a2, a3, a4, a5) \
+  do {                                            \
+    float* out = y + (m)*ldy + nb * 8;            \
+    _mm256_storeu_ps(out, a0);                    \
+    if (P > 1) _mm256_storeu_ps(out + 8, a1);     \
+    if (P > 2) _mm256_storeu_ps(out + 16, a2);    \
+    if (P > 3) _mm256_storeu_ps(out + 24, a3);    \
+    if (P > 4) _mm256_storeu_ps(out + 32, a4);    \
+    if (P > 5) _mm256_storeu_ps(out + 40, a5);    \
+  } while (0)
+  LOL_TILE_STORE(0, c00, c01, c02, c03, c04, c05);
+  if (M > 1) LOL_TILE_STORE(1, c10, c11, c12, c13, c14, c15);
+  if (M > 2) LOL_TILE_STORE(2, c20, c21, c22, c20, c20, c20);
+  if (M > 3) LOL_TILE_STORE(3, c30, c31, c32, c30, c30, c30);
 #undef LOL_TILE_STORE
 }
 
@@ -85,6 +116,20 @@ __attribute__((target("avx2,fma"))) void panel_group(const float* x, int64_t M, 
     default:
       break;
   }
+}
+
+// One or two rows times panels [nb, stop): six panels (48 columns) at a time, then the rest.
+__attribute__((target("avx2,fma"))) void few_rows(const float* x, int64_t M, int64_t K,
+                                                  const float* panels, float* y, int64_t ldy,
+                                                  int64_t nb, int64_t stop) {
+  for (; nb + 6 <= stop; nb += 6)
+    M == 1 ? tile<1, 6>(x, K, panels, y, ldy, nb) : tile<2, 6>(x, K, panels, y, ldy, nb);
+  if (stop - nb >= 3) {
+    panel_group<3>(x, M, K, panels, y, ldy, nb);
+    nb += 3;
+  }
+  if (stop - nb == 2) panel_group<2>(x, M, K, panels, y, ldy, nb);
+  if (stop - nb == 1) panel_group<1>(x, M, K, panels, y, ldy, nb);
 }
 #endif
 
@@ -159,9 +204,13 @@ torch::Tensor grouped_packed_gemm(const std::vector<torch::Tensor>& xs,
       const float* pp = panels[g].data_ptr<float>();
       float* yg = yp + first_row[g] * ldy;
       int64_t nb = begin - g * num;
-      for (; nb + 3 <= stop; nb += 3) panel_group<3>(xp, m, K, pp, yg, ldy, nb);
-      if (stop - nb == 2) panel_group<2>(xp, m, K, pp, yg, ldy, nb);
-      if (stop - nb == 1) panel_group<1>(xp, m, K, pp, yg, ldy, nb);
+      if (m <= 2) {
+        few_rows(xp, m, K, pp, yg, ldy, nb, stop);
+      } else {
+        for (; nb + 3 <= stop; nb += 3) panel_group<3>(xp, m, K, pp, yg, ldy, nb);
+        if (stop - nb == 2) panel_group<2>(xp, m, K, pp, yg, ldy, nb);
+        if (stop - nb == 1) panel_group<1>(xp, m, K, pp, yg, ldy, nb);
+      }
       begin = g * num + stop;
     }
   };
