@@ -5,6 +5,7 @@
 
 #include "util/error.h"
 #include "util/op_profile.h"
+#include "util/tensor.h"
 
 namespace lol {
 namespace {
@@ -164,7 +165,7 @@ void Decoder::fill_state(Layer& l, const Layout& layout, const torch::Tensor& x,
         pos.push_back(t - doc.start);
       }
     if (rows.empty()) return;
-    auto idx = torch::tensor(rows, torch::kInt64).to(device_);
+    auto idx = int64_tensor(rows, device_);
     auto qkv = block->attention_inputs(x.index_select(0, idx), film);
     l.cache->append(b, rotary.select(idx).apply(qkv.k), qkv.v, pos);
   };
@@ -237,7 +238,7 @@ DecodeOutput Decoder::prefill(const std::vector<Prompt>& prompts) {
   prompt_lens_.clear();
   for (const auto& p : prompts) prompt_lens_.push_back(p.prompt_len);
   forces_.assign(prompts.size(), force_);
-  out.logits = result.logits.index_select(0, torch::tensor(last, torch::kInt64).to(device_));
+  out.logits = result.logits.index_select(0, int64_tensor(last, device_));
   for (const auto& doc : layout.documents())
     out.prompt_logits.push_back(result.logits.narrow(0, doc.start, doc.length));
   return out;
@@ -301,7 +302,7 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
       rows_of.push_back(opened[i]);
       ordinals_of.push_back(ordinals[i]);
     }
-    auto rows = torch::tensor(rows_of, torch::kInt64).to(device_);
+    auto rows = int64_tensor(rows_of, device_);
     auto inputs = routing_->router_inputs(
         x.index_select(0, rows), l.closed_sum.index_select(0, rows), ordinals_of, spec.depth);
     auto decision = routing_->route(inputs, spec.depth, ordinals_of, force);
@@ -325,8 +326,7 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
   // The rows grouped by expert, each group one slice of a single pass; attention runs in the
   // cache's row order.
   FilmRows film = routing_->film(spec.depth);
-  const RowGroups groups =
-      group_rows(torch::tensor(l.expert, torch::kInt64).to(device_), routing_->experts());
+  const RowGroups groups = group_rows(int64_tensor(l.expert, device_), routing_->experts());
   for (const auto& s : groups.slices) count_call(s.block, s.count);
   if (groups.identity) {
     auto y = run_slices(x, groups.slices, &film,
@@ -409,7 +409,7 @@ void Decoder::retain(const std::vector<int64_t>& keep) {
   pick(positions_);
   pick(prompt_lens_);
   forces_ = kept_rows(forces_, keep);
-  auto idx = torch::tensor(keep, torch::kInt64).to(device_);
+  auto idx = int64_tensor(keep, device_);
   for (auto& l : layers_) {
     l->cache->retain(keep);
     pick(l->ordinal);
@@ -446,10 +446,9 @@ DecodeOutput Decoder::step(const std::vector<int64_t>& tokens,
   Rotary rotary;
   {
     ProfileScope scope("embed");
-    x = model_->embed->forward(torch::tensor(tokens, torch::kInt64).to(device_));  // (B, d)
+    x = model_->embed->forward(int64_tensor(tokens, device_));  // (B, d)
     // Every layer rotates at the same positions this step.
-    rotary = Rotary::at_positions(torch::tensor(positions_, torch::kInt64).to(device_),
-                                  c.head_dim(), c.rope_theta);
+    rotary = Rotary::at_positions(int64_tensor(positions_, device_), c.head_dim(), c.rope_theta);
   }
   for (auto& l : layers_) {
     auto t = Clock::now();

@@ -9,6 +9,7 @@
 
 #include "model/cpu_fast.h"
 #include "util/error.h"
+#include "util/tensor.h"
 
 namespace lol {
 
@@ -51,7 +52,7 @@ void KVCache::clear(int64_t row) {
 }
 
 void KVCache::retain(const std::vector<int64_t>& keep) {
-  auto idx = torch::tensor(keep, torch::kInt64).to(k_.device());
+  auto idx = int64_tensor(keep, k_.device());
   k_ = k_.index_select(0, idx);
   v_ = v_.index_select(0, idx);
   slot_position_ = slot_position_.index_select(0, idx);
@@ -119,11 +120,11 @@ torch::Tensor KVCache::attend(const torch::Tensor& q, const torch::Tensor& k,
     return out;
   }
   auto rows = torch::arange(batch, torch::kInt64).to(k_.device());
-  auto slots = torch::tensor(length_, torch::kInt64).to(k_.device());
+  auto slots = int64_tensor(length_, k_.device());
   using torch::indexing::Slice;
   k_.index_put_({rows, Slice(), slots}, k);
   v_.index_put_({rows, Slice(), slots}, v);
-  auto position_t = torch::tensor(positions, torch::kInt64).to(k_.device());
+  auto position_t = int64_tensor(positions, k_.device());
   slot_position_.index_put_({rows, slots}, position_t);
   auto keys = k_.narrow(2, 0, used), values = v_.narrow(2, 0, used);  // (B, Hkv, used, dh)
   auto slot_index = torch::arange(used, torch::kInt64).to(k_.device()).unsqueeze(0);  // (1, used)

@@ -7,6 +7,7 @@
 #include "model/cpu_autograd.h"
 #include "model/cpu_fast.h"
 #include "model/segment_attention.h"
+#include "util/tensor.h"
 
 namespace lol {
 namespace {
@@ -15,13 +16,6 @@ int64_t size_class(int64_t length) {
   int64_t c = 1;
   while (c < length) c <<= 1;
   return c;
-}
-
-torch::Tensor to_device(const std::vector<int64_t>& values, torch::Device device) {
-  auto t = torch::from_blob(const_cast<int64_t*>(values.data()),
-                            {static_cast<int64_t>(values.size())}, torch::kInt64)
-               .clone();
-  return t.to(device);
 }
 
 }  // namespace
@@ -68,17 +62,17 @@ AttentionPlan build_attention_plan(const std::vector<Segment>& segments,
     AttentionBucket bucket;
     bucket.segments = count;
     bucket.capacity = capacity;
-    bucket.gather = to_device(gather, device);
+    bucket.gather = int64_tensor(gather, device);
     bucket.allowed = allowed.to(device);
-    bucket.valid = to_device(valid, device);
+    bucket.valid = int64_tensor(valid, device);
     plan.buckets.push_back(std::move(bucket));
   }
   TORCH_CHECK(output_row == num_tokens, "attention segments must cover every token once");
-  plan.output_index = to_device(output_index, device);
+  plan.output_index = int64_tensor(output_index, device);
   std::vector<int64_t> table;
   for (const auto& s : segments)
     if (s.length > 0) table.insert(table.end(), {s.start, s.length});
-  plan.segment_table = to_device(table, torch::kCPU).view({-1, 2});
+  plan.segment_table = int64_tensor(table, torch::kCPU).view({-1, 2});
   plan.key_visible = torch::empty({num_tokens}, torch::kUInt8);
   uint8_t* visible = plan.key_visible.data_ptr<uint8_t>();
   for (int64_t t = 0; t < num_tokens; ++t) visible[t] = !router_only[t];

@@ -3,14 +3,9 @@
 #include <algorithm>
 
 #include "util/error.h"
+#include "util/tensor.h"
 
 namespace lol {
-namespace {
-torch::Tensor int64_tensor(const std::vector<int64_t>& values, torch::Device device) {
-  return torch::tensor(values, torch::kInt64).to(device);
-}
-}  // namespace
-
 int64_t window_ordinal(int64_t i, int64_t prompt_len, int64_t window, int64_t delta) {
   if (prompt_len <= 0) return (i + delta) / window;
   if (i < prompt_len) return 0;

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "util/files.h"
+#include "util/tensor.h"
 
 namespace lol {
 
@@ -104,7 +105,7 @@ torch::Tensor window_inputs(const torch::Tensor& first_states, const torch::Tens
 torch::Tensor RouterImpl::decode_inputs(const torch::Tensor& first_states,
                                         const torch::Tensor& closed_mean_sums,
                                         const std::vector<int64_t>& ordinals, int64_t depth) const {
-  auto ordinal_t = torch::tensor(ordinals, torch::kInt64).to(first_states.device());
+  auto ordinal_t = int64_tensor(ordinals, first_states.device());
   auto prefix_means =
       closed_mean_sums / ordinal_t.clamp_min(1).to(closed_mean_sums.scalar_type()).unsqueeze(1);
   return window_inputs(first_states, prefix_means, ordinal_t, depth_vectors[depth - 1]);
@@ -275,7 +276,7 @@ RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& b
       if (entry.gate) gate[ordinal] = *entry.gate;
     }
     auto at = ordinals.clamp_max(last);
-    auto forced_experts = torch::tensor(expert, torch::kInt64).to(device).index_select(0, at);
+    auto forced_experts = int64_tensor(expert, device).index_select(0, at);
     forced_gates = torch::tensor(gate, torch::kFloat64).to(device).index_select(0, at);
     out.forced_expert = forced_experts >= 0;
     out.forced_gate = forced_gates.isnan().logical_not();
