@@ -6,6 +6,8 @@
 
 #include <set>
 
+#include "util/tensor.h"
+
 namespace lol {
 
 // at::parallel_for is a header template: unless the code calling it is compiled with OpenMP,
@@ -22,6 +24,30 @@ TEST(Runtime, ParallelForInOurCodeRunsOnTheConfiguredThreads) {
   EXPECT_EQ(runtime_info().kernel_threads, 2);
   configure_runtime(before);
   EXPECT_EQ(threads.size(), 2u);
+}
+
+// Large CPU buffers come 2 MB-aligned (so the kernel can back them with huge pages), small
+// ones and other devices' from LibTorch; either way they are zeros of the shape and type asked,
+// writable, and freed with the tensor.
+TEST(Runtime, ZerosInHugePagesAreZerosOfTheShapeAsked) {
+  const auto options = torch::TensorOptions().dtype(torch::kFloat32);
+  for (int64_t rows : {3, 1000, 4096}) {  // 3 KB, 1 MB, 4 MB
+    auto t = zeros_in_huge_pages({rows, 256}, options);
+    EXPECT_EQ(t.sizes(), (std::vector<int64_t>{rows, 256}));
+    EXPECT_EQ(t.scalar_type(), torch::kFloat32);
+    EXPECT_TRUE(t.is_contiguous());
+    EXPECT_EQ(t.count_nonzero().item<int64_t>(), 0);
+    t.fill_(2.0f);
+    EXPECT_EQ(t.sum().item<double>(), 2.0 * static_cast<double>(rows * 256));
+#ifdef __linux__
+    if (rows == 4096) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % (uintptr_t{2} << 20), 0u);
+    }
+#endif
+  }
+  auto ints = zeros_in_huge_pages({1 << 20}, options.dtype(torch::kInt64));  // 8 MB
+  EXPECT_EQ(ints.scalar_type(), torch::kInt64);
+  EXPECT_EQ(ints.count_nonzero().item<int64_t>(), 0);
 }
 
 }  // namespace lol

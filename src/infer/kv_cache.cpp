@@ -26,7 +26,7 @@ void KVCache::reserve(int64_t slots) {
   auto grow = [&](const torch::Tensor& t, int64_t dim) {
     auto shape = t.sizes().vec();
     shape[dim] = capacity;
-    auto bigger = torch::zeros(shape, t.options());
+    auto bigger = zeros_in_huge_pages(shape, t.options());
     bigger.narrow(dim, 0, capacity_).copy_(t.narrow(dim, 0, capacity_));
     return bigger;
   };

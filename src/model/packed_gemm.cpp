@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include "util/error.h"
+#include "util/tensor.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -151,7 +152,9 @@ torch::Tensor pack_panels(const torch::Tensor& weight) {
   const int64_t n = weight.size(0), k = weight.size(1), num = (n + 7) / 8;
   auto padded = torch::zeros({num * 8, k}, weight.options());
   padded.narrow(0, 0, n).copy_(weight.detach());
-  return padded.view({num, 8, k}).transpose(1, 2).contiguous();
+  auto panels = zeros_in_huge_pages({num, k, 8}, weight.options());
+  panels.copy_(padded.view({num, 8, k}).transpose(1, 2));
+  return panels;
 }
 
 torch::Tensor packed_gemm(const torch::Tensor& x, const torch::Tensor& panels, int64_t n) {
