@@ -263,8 +263,9 @@ void attend_head(const float* q, const float* keys, const float* values, const i
 }  // namespace
 
 // Keys and values one thread reads before a second one is worth waking (measured: see
-// docs/performance.md).
-constexpr int64_t kParallelBytes = 1024 << 10;
+// docs/performance.md). Small: the reads are short runs (a window's slots per row and head)
+// that one thread's prefetcher barely starts on, so two threads keep twice the misses in flight.
+constexpr int64_t kParallelBytes = 128 << 10;
 
 // One pass over each row's own slots, (row, kv head) pairs spread over the threads: keys and
 // values are read once at memory speed instead of through many tiny GEMMs, and rows shorter
@@ -279,7 +280,7 @@ torch::Tensor KVCache::attend_cpu(const torch::Tensor& q, const std::vector<int6
   const int64_t* slot_pos = slot_position_.data_ptr<int64_t>();
   float* op = out.data_ptr<float>();
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  // Waking the second thread costs tens of microseconds: split only when the keys and values
+  // Waking the second thread costs a few microseconds: split only when the keys and values
   // read are large enough to repay it (not for batch 1 over a window of 64 slots).
   int64_t slots = 0;
   for (int64_t b = 0; b < batch; ++b) slots += length_[b] + 1;
