@@ -25,9 +25,13 @@ constexpr int64_t kParallelFlops = 1 << 15;
 // loads, not that chain, the limit (M x P >= 6 independent sums). The accumulators are named
 // variables rather than an array: GCC keeps an array of vectors in memory here and stores
 // every accumulator at every k, which halved the speed.
+// With `prefetch`, each k also asks for the cache lines of the next P panels (the next group's,
+// contiguous after these), so that group's weights are on their way from memory while this one
+// computes: the hardware prefetcher restarts on every panel's few kilobytes, and weights that a
+// step's cache reads evicted otherwise arrive at the pace of demand misses.
 template <int M, int P>
 __attribute__((target("avx2,fma"))) void tile(const float* x, int64_t K, const float* panels,
-                                              float* y, int64_t ldy, int64_t nb) {
+                                              float* y, int64_t ldy, int64_t nb, bool prefetch) {
   static_assert(M >= 1 && P >= 1 && ((M <= 4 && P <= 3) || (M <= 2 && P <= 6)),
                 "tile: at most 4 rows of 3 panels or 2 rows of 6");
   const __m256 zero = _mm256_setzero_ps();
@@ -36,8 +40,11 @@ __attribute__((target("avx2,fma"))) void tile(const float* x, int64_t K, const f
   __m256 c20 = zero, c21 = zero, c22 = zero, c30 = zero, c31 = zero, c32 = zero;
   // Panel p starts p * K * 8 floats after the first; panels past P are never read.
   const float* w = panels + nb * K * 8;
+  const char* next = reinterpret_cast<const char*>(w + P * K * 8);
   for (int64_t k = 0; k < K; ++k) {
     const float* wk = w + k * 8;
+    if (prefetch)  // P x 32 bytes of the next group per k: all of it over the K steps
+      for (int c = 0; c < P * 32; c += 64) __builtin_prefetch(next + k * P * 32 + c);
     // (Macros, not lambdas: a lambda does not inherit the function's target attribute.)
     if constexpr (P <= 3) {
       // The P weight vectors loaded, then each row's broadcast against them: 12 accumulators
@@ -102,17 +109,19 @@ template <int P>
 __attribute__((target("avx2,fma"))) void panel_group(const float* x, int64_t M, int64_t K,
                                                      const float* panels, float* y, int64_t ldy,
                                                      int64_t nb) {
+  // The first tile of rows streams the panels in (and asks for the next group's); the others
+  // find them in L1.
   int64_t m = 0;
-  for (; m + 4 <= M; m += 4) tile<4, P>(x + m * K, K, panels, y + m * ldy, ldy, nb);
+  for (; m + 4 <= M; m += 4) tile<4, P>(x + m * K, K, panels, y + m * ldy, ldy, nb, m == 0);
   switch (M - m) {
     case 3:
-      tile<3, P>(x + m * K, K, panels, y + m * ldy, ldy, nb);
+      tile<3, P>(x + m * K, K, panels, y + m * ldy, ldy, nb, m == 0);
       break;
     case 2:
-      tile<2, P>(x + m * K, K, panels, y + m * ldy, ldy, nb);
+      tile<2, P>(x + m * K, K, panels, y + m * ldy, ldy, nb, m == 0);
       break;
     case 1:
-      tile<1, P>(x + m * K, K, panels, y + m * ldy, ldy, nb);
+      tile<1, P>(x + m * K, K, panels, y + m * ldy, ldy, nb, m == 0);
       break;
     default:
       break;
@@ -124,7 +133,8 @@ __attribute__((target("avx2,fma"))) void few_rows(const float* x, int64_t M, int
                                                   const float* panels, float* y, int64_t ldy,
                                                   int64_t nb, int64_t stop) {
   for (; nb + 6 <= stop; nb += 6)
-    M == 1 ? tile<1, 6>(x, K, panels, y, ldy, nb) : tile<2, 6>(x, K, panels, y, ldy, nb);
+    M == 1 ? tile<1, 6>(x, K, panels, y, ldy, nb, true)
+           : tile<2, 6>(x, K, panels, y, ldy, nb, true);
   if (stop - nb >= 3) {
     panel_group<3>(x, M, K, panels, y, ldy, nb);
     nb += 3;
