@@ -225,6 +225,16 @@ LOL_CPU_CLONES
 void attend_head(const float* q, const float* keys, const float* values, const int64_t* pos,
                  int64_t n, int64_t dh, float scale, bool banded, int64_t limit, float* scores,
                  float* o) {
+  // A row's slots hold increasing positions (appended in order), so those a band leaves out
+  // are a prefix: both passes skip it (the mask below still covers any others).
+  if (banded) {
+    int64_t first = 0;
+    while (first < n && pos[first] <= limit) ++first;
+    keys += first * dh;
+    values += first * dh;
+    pos += first;
+    n -= first;
+  }
   switch (dh) {
     case 32:
       key_scores<32>(q, keys, n, scale, scores);
