@@ -11,8 +11,8 @@ namespace {
 
 // Rows of different lengths (one router-only), GQA, with and without a band; the fp32 cache
 // runs the CPU kernel, a float64 cache the generic path. Long enough rows that the kernel
-// splits its (row, head) items over two threads, and the split must not change a bit. Head
-// sizes with a compiled value pass (32, 64, 128) and one without (48).
+// splits its (row, head) items over two threads, and neither the split nor streamed reads may
+// change a bit. Head sizes with a compiled value pass (32, 64, 128) and one without (48).
 class KvCacheKernel : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(KvCacheKernel, CpuKernelMatchesTheGenericPathOnAnyThreadCount) {
@@ -31,8 +31,8 @@ TEST_P(KvCacheKernel, CpuKernelMatchesTheGenericPathOnAnyThreadCount) {
   std::vector<int64_t> positions = lengths;
   std::vector<uint8_t> router_only(B, 0);
   router_only[2] = 1;
-  auto run = [&](torch::ScalarType dtype, int threads, int64_t band) {
-    KVCache cache(B, Hkv, dh, torch::TensorOptions().dtype(dtype));
+  auto run = [&](torch::ScalarType dtype, int threads, int64_t band, bool streamed = false) {
+    KVCache cache(B, Hkv, dh, torch::TensorOptions().dtype(dtype), streamed);
     for (int64_t b = 0; b < B; ++b) {
       std::vector<int64_t> pos(lengths[b]);
       for (int64_t i = 0; i < lengths[b]; ++i) pos[i] = i;
@@ -50,6 +50,8 @@ TEST_P(KvCacheKernel, CpuKernelMatchesTheGenericPathOnAnyThreadCount) {
     auto two = run(torch::kFloat32, 2, band);
     auto reference = run(torch::kFloat64, 1, band);
     EXPECT_TRUE(torch::equal(one, two)) << "band " << band;
+    // Reading the cache as a stream (non-temporal) is a hint to the processor only.
+    EXPECT_TRUE(torch::equal(two, run(torch::kFloat32, 2, band, true))) << "band " << band;
     EXPECT_LT(testing::max_abs_diff(two, reference), 1e-5) << "band " << band;
   }
   configure_runtime(before);

@@ -127,7 +127,7 @@ void Decoder::build_layers(int64_t B) {
     l->hook_name = hook;
     l->phase = phase;
     l->hook_index = index;
-    l->cache = std::make_unique<KVCache>(B, c.n_kv_heads, c.head_dim(), options);
+    l->cache = std::make_unique<KVCache>(B, c.n_kv_heads, c.head_dim(), options, !l->windowed());
     l->ordinal.assign(B, -1);
     if (l->routed()) {
       l->expert.assign(B, 0);

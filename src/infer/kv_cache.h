@@ -21,7 +21,10 @@ std::vector<T> kept_rows(const std::vector<T>& v, const std::vector<int64_t>& ke
 
 class KVCache {
  public:
-  KVCache(int64_t batch, int64_t kv_heads, int64_t head_dim, torch::TensorOptions options);
+  // `streamed`: the keys and values are read past the processor's caches (non-temporal) on the
+  // CPU, for caches that grow with the document and are each read once per step.
+  KVCache(int64_t batch, int64_t kv_heads, int64_t head_dim, torch::TensorOptions options,
+          bool streamed = false);
 
   // Attention of one new token per row: q (B, H, dh), k/v (B, Hkv, dh), rotary applied.
   // The token sees the stored slots of its row and itself; band > 0 also drops keys at
@@ -48,6 +51,7 @@ class KVCache {
   torch::Tensor attend_cpu(const torch::Tensor& q, const std::vector<int64_t>& positions,
                            int64_t band);
   int64_t kv_heads_, head_dim_;
+  bool streamed_;
   torch::Tensor k_, v_;          // (B, Hkv, capacity, dh)
   torch::Tensor slot_position_;  // (B, capacity) int64, position of the token in each slot
   std::vector<int64_t> length_;  // used slots per row

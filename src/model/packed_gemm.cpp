@@ -128,17 +128,16 @@ __attribute__((target("avx2,fma"))) void panel_group(const float* x, int64_t M, 
   }
 }
 
-// One or two rows times panels [nb, stop): six panels (48 columns) at a time, then the rest.
-__attribute__((target("avx2,fma"))) void few_rows(const float* x, int64_t M, int64_t K,
-                                                  const float* panels, float* y, int64_t ldy,
-                                                  int64_t nb, int64_t stop) {
-  for (; nb + 6 <= stop; nb += 6)
-    M == 1 ? tile<1, 6>(x, K, panels, y, ldy, nb, true)
-           : tile<2, 6>(x, K, panels, y, ldy, nb, true);
-  if (stop - nb >= 3) {
-    panel_group<3>(x, M, K, panels, y, ldy, nb);
-    nb += 3;
-  }
+// Every row of x times panels [nb, stop): one or two rows six panels (48 columns) at a time
+// first (see tile), then groups of three panels and a tail of two or one.
+__attribute__((target("avx2,fma"))) void panel_run(const float* x, int64_t M, int64_t K,
+                                                   const float* panels, float* y, int64_t ldy,
+                                                   int64_t nb, int64_t stop) {
+  if (M <= 2)
+    for (; nb + 6 <= stop; nb += 6)
+      M == 1 ? tile<1, 6>(x, K, panels, y, ldy, nb, true)
+             : tile<2, 6>(x, K, panels, y, ldy, nb, true);
+  for (; nb + 3 <= stop; nb += 3) panel_group<3>(x, M, K, panels, y, ldy, nb);
   if (stop - nb == 2) panel_group<2>(x, M, K, panels, y, ldy, nb);
   if (stop - nb == 1) panel_group<1>(x, M, K, panels, y, ldy, nb);
 }
@@ -196,7 +195,7 @@ torch::Tensor grouped_packed_gemm(const std::vector<torch::Tensor>& xs,
   // The (group, panel) pairs split over the threads once the products are large enough to
   // repay waking a second one, each thread a contiguous run of about equal cost (a panel of a
   // group costs its rows, plus about one row's worth to stream the panel in: experts get
-  // unequal rows); each thread walks its run three panels (24 columns) at a time per group.
+  // unequal rows); each thread walks its run with panel_run per group.
   std::vector<int64_t> cost(groups + 1, 0);  // cumulative cost of all panels of groups < g
   for (int64_t g = 0; g < groups; ++g) cost[g + 1] = cost[g] + num * (xs[g].size(0) + 1);
   const int64_t flops = 2 * M * K * num * 8;
@@ -216,14 +215,7 @@ torch::Tensor grouped_packed_gemm(const std::vector<torch::Tensor>& xs,
       const float* xp = xs[g].data_ptr<float>();
       const float* pp = panels[g].data_ptr<float>();
       float* yg = yp + first_row[g] * ldy;
-      int64_t nb = begin - g * num;
-      if (m <= 2) {
-        few_rows(xp, m, K, pp, yg, ldy, nb, stop);
-      } else {
-        for (; nb + 3 <= stop; nb += 3) panel_group<3>(xp, m, K, pp, yg, ldy, nb);
-        if (stop - nb == 2) panel_group<2>(xp, m, K, pp, yg, ldy, nb);
-        if (stop - nb == 1) panel_group<1>(xp, m, K, pp, yg, ldy, nb);
-      }
+      panel_run(xp, m, K, pp, yg, ldy, begin - g * num, stop);
       begin = g * num + stop;
     }
   };
