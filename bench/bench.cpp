@@ -4,6 +4,7 @@
 // measured matmul peak in the precision used). Suites: model (training), decode (inference), tasks
 // (data), analysis (routes), serve (HTTP).
 #include "../tools/commands.h"
+#include "against.h"
 #include "bench_util.h"
 #include "suites.h"
 #include "train/precision.h"
@@ -40,7 +41,7 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     int64_t batch = 8, puzzles = 200, requests = 64, prompt_len = 32, max_tokens = 32,
             parallel = 16;
     std::string clients = "1,4,16", workers = "1,2,4", tokenizer, input, peer,
-                peer_python = bench::PeerOptions{}.python;
+                peer_python = bench::PeerOptions{}.python, against;
     int reps = 5, warmup = 1, steps = 16, rounds = 1;
     bool profile = false;
   };
@@ -113,8 +114,12 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
                 "for each batch row's step (--steps more steps)");
   cmd->add_option("--rounds", o->rounds,
                   "model: measure every row this many times, one round after another (2 with "
-                  "--peer)")
+                  "--peer); --against: rounds of the two builds (4)")
       ->check(at_least(1));
+  cmd->add_option("--against", o->against,
+                  "another build's lol: run this suite with both, alternating over --rounds, and "
+                  "print each row's median tokens/s from each and their ratio (an A/B in one "
+                  "sitting)");
   cmd->add_option("--peer", o->peer,
                   "model: after each round, time the PyTorch peer (../shared/peer/lol_torch.py) "
                   "on the same shape, threads and batch; rows gain 'x peer'");
@@ -125,8 +130,16 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
               "--profile: only the model and decode suites have a profile, not --suite ", o->suite);
     LOL_CHECK(o->peer.empty() || o->suite == "model",
               "--peer: only the model suite runs the peer, not --suite ", o->suite);
+    if (!o->against.empty()) {
+      LOL_CHECK(o->peer.empty() && !o->profile,
+                "--against: one comparison at a time, without --peer or --profile");
+      LOL_CHECK(o->suite != "tasks" && o->suite != "tokenizer", "--against: --suite ", o->suite,
+                " has no tokens/s rows to compare");
+      bench::bench_against({o->against, cmd->count("--rounds") ? o->rounds : 4, o->output});
+      return;
+    }
     LOL_CHECK(cmd->count("--rounds") == 0 || o->suite == "model",
-              "--rounds: only the model suite has rounds, not --suite ", o->suite);
+              "--rounds: only the model suite (or --against) has rounds, not --suite ", o->suite);
     if (o->suite == "tasks") {
       bench::bench_tasks(o->puzzles, o->reps, o->output);
       return;

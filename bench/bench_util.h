@@ -36,6 +36,10 @@ Peak measure_matmul_peak(int64_t size, int reps, torch::Device device,
 // cache holds), median and best of `reps` (at least 20) after one warmup. What a step that
 // streams weights and caches from memory can read at most.
 Peak measure_read_bandwidth(int64_t megabytes, int reps, torch::Device device);
+// A shell word holding `s` as it is (single-quoted).
+std::string shell_quote(const std::string& s);
+// Runs a shell command line; its exit status, or -1 when it did not exit normally.
+int run_command(const std::string& command);
 // "dense-sliding" -> family dense, core_attention sliding; looped and moe take L blocks/experts.
 ModelConfig family_config(ModelConfig base, const std::string& spec);
 

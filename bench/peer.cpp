@@ -1,29 +1,16 @@
 #include "peer.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 
+#include "bench_util.h"
 #include "util/error.h"
 #include "util/fields.h"
 #include "util/files.h"
 
 namespace lol::bench {
 namespace {
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// Runs a shell command line; its exit status, or -1 when it did not exit normally.
-int run_command(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 // The model shape in the peer's terms (its bench_shape.json): the keys it reads, with this
 // engine's values, and the batch.

@@ -269,5 +269,51 @@ for r in batch:
 PY
 expect_error "bench profile other suite" "only the model and decode suites have a profile" "$lol" bench --suite tasks --profile
 
+# lol bench --against: a stand-in "other build" records the arguments it was run with and writes
+# fixed rows; this build's rows are real. Each row gets both builds' figures over the rounds.
+cat >"$dir/other_lol" <<'SH'
+#!/bin/sh
+printf '%s\n' "$*" >>"$0.calls"
+cat <<'JSON'
+{"commit": "stand-in", "rows": [
+ {"family": "lol", "what": "batch", "context": 16, "batch": 1, "tokens_per_s": 300.0, "p50_ms": 3.3},
+ {"family": "lol", "what": "prefill", "context": 16, "batch": 1, "tokens_per_s": 100.0},
+ {"family": "lol", "what": "batch", "context": 16, "batch": 64, "tokens_per_s": 900.0}]}
+JSON
+SH
+chmod +x "$dir/other_lol"
+expect_ok "bench against another build" "$lol" --threads 1 bench --suite decode --preset tiny --families lol --contexts 16 --batches 1 --steps 2 --against "$dir/other_lol" --rounds 3 -o json
+python3 - "$dir/out" "$dir/other_lol.calls" <<'PY' && pass "bench against rows, rounds and arguments" || failed "bench against rows, rounds and arguments"
+import json, statistics, sys
+j = json.load(open(sys.argv[1]))
+calls = open(sys.argv[2]).read().splitlines()
+assert calls == ["--threads 1 bench --suite decode --preset tiny --families lol --contexts 16 --batches 1 --steps 2 -o json"] * 3, calls
+assert j["rounds"] == 3 and j["b"]["commit"] == "stand-in" and j["a"]["commit"] != "stand-in", j
+rows = {(r["what"], r["batch"]): r for r in j["rows"]}
+for key, b in ((("batch", 1), 300.0), (("prefill", 1), 100.0)):
+    r = rows[key]
+    assert r["family"] == "lol" and r["context"] == 16, r
+    assert len(r["a_tokens_per_s"]) == 3 and all(x > 0 for x in r["a_tokens_per_s"]), r
+    assert r["b_tokens_per_s"] == [b] * 3, r
+    assert abs(r["a_median"] - statistics.median(r["a_tokens_per_s"])) < 1e-9, r
+    assert abs(r["b_over_a"] - b / r["a_median"]) < 1e-9 * b, r
+only_b = rows[("batch", 64)]  # a row only one build has: its figures, no ratio
+assert only_b["a_tokens_per_s"] == [] and "b_over_a" not in only_b, only_b
+PY
+printf '#!/bin/sh\nexit 3\n' >"$dir/failing_lol"
+chmod +x "$dir/failing_lol"
+# (This build's own run comes first and shows its progress: the error is the one last line.)
+"$lol" bench --suite decode --preset tiny --families lol --contexts 16 --batches 1 --steps 2 --against "$dir/failing_lol" --rounds 1 >"$dir/out" 2>"$dir/err"
+rc=$?
+if [ "$rc" -eq 1 ] && [ "$(grep -c '^lol: error:' "$dir/err")" -eq 1 ] &&
+  tail -1 "$dir/err" | grep -q "^lol: error: --against: .*failing_lol failed (exit status 3)"; then
+  pass "bench against a failing build"
+else
+  failed "bench against a failing build: exit $rc, stderr: $(tail -c 300 "$dir/err")"
+fi
+expect_error "bench against nothing" "is not an executable file" "$lol" bench --suite decode --against "$dir/nothing"
+expect_error "bench against a suite without tokens/s" "--suite tasks has no tokens/s rows" "$lol" bench --suite tasks --against "$dir/other_lol"
+expect_error "bench against with a peer" "one comparison at a time" "$lol" bench --against "$dir/other_lol" --peer "$dir/peer.py"
+
 if [ "$failures" -ne 0 ]; then echo "$failures CLI checks failed"; exit 1; fi
 echo "all CLI checks passed"
