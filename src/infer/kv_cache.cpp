@@ -163,11 +163,11 @@ LOL_ALWAYS_INLINE float sum8(Float8 v) {
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
-// Streamed caches: each four slots read ask for the four kStreamAhead bytes further on as
-// non-temporal (prefetchnta), so that a growing cache read once per step passes through without
-// evicting what the next layers reread from the last-level cache (the core's library, its window
-// caches, the other blocks' weights). Measured at maze-cpu, context 512, ten interleaved rounds
-// (docs/performance.md): batch 8 +8%, batch 32 +4%, batch 1 +5% (tokens/s medians).
+// Streamed caches: with every four slots read, the bytes kStreamAhead further on are asked for
+// as non-temporal (prefetchnta), so that a growing cache read once per step passes through
+// without evicting what the next layers reread from the last-level cache (the core's library,
+// its window caches, the other blocks' weights). Measured at maze-cpu, context 512, over
+// interleaved rounds (docs/performance.md): batch 8 +2-11%, batch 32 +3-5%, batch 1 even.
 constexpr int kStreamAhead = 1024;
 template <int DH>
 LOL_ALWAYS_INLINE void stream_ahead(const float* at) {
