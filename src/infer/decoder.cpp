@@ -1,5 +1,6 @@
 #include "infer/decoder.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -422,6 +423,18 @@ void Decoder::retain(const std::vector<int64_t>& keep) {
   }
 }
 
+Rotary Decoder::rotary_at(const std::vector<int64_t>& positions) {
+  const int64_t needed = *std::max_element(positions.begin(), positions.end()) + 1;
+  const int64_t have = rotary_table_.cos.defined() ? rotary_table_.cos.size(0) : 0;
+  if (needed > have) {
+    const auto& c = model_->config();
+    const int64_t n = std::max<int64_t>({needed, 2 * have, 256});
+    rotary_table_ = Rotary::at_positions(
+        torch::arange(n, torch::dtype(torch::kInt64).device(device_)), c.head_dim(), c.rope_theta);
+  }
+  return rotary_table_.select(int64_tensor(positions, device_));
+}
+
 DecodeOutput Decoder::step(const std::vector<int64_t>& tokens,
                            const std::vector<uint8_t>& router_only_in) {
   torch::NoGradGuard no_grad;
@@ -448,7 +461,7 @@ DecodeOutput Decoder::step(const std::vector<int64_t>& tokens,
     ProfileScope scope("embed");
     x = model_->embed->forward(int64_tensor(tokens, device_));  // (B, d)
     // Every layer rotates at the same positions this step.
-    rotary = Rotary::at_positions(int64_tensor(positions_, device_), c.head_dim(), c.rope_theta);
+    rotary = rotary_at(positions_);
   }
   for (auto& l : layers_) {
     auto t = Clock::now();

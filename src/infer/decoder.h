@@ -90,6 +90,10 @@ class Decoder {
   std::vector<std::unique_ptr<Layer>> layers_;  // execution order: prelude, core, coda
   std::vector<int64_t> positions_, prompt_lens_;
   Projection head_;  // the LM head (cached panels for a few rows)
+  // Rotary angles of positions [0, n), computed once and grown by doubling: a step selects its
+  // rows' positions from it (the same bits as computing them, without a dozen operators).
+  Rotary rotary_at(const std::vector<int64_t>& positions);
+  Rotary rotary_table_;
   StepStats stats_;
   // Weight bytes one call of a block reads and its FLOPs per row; counted once per block
   // (walking a module's parameters costs microseconds), except MoE blocks, whose bytes follow
