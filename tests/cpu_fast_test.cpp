@@ -23,7 +23,7 @@ std::pair<torch::Tensor, torch::Tensor> both_paths(F f) {
   return {slow, f(torch::kFloat32)};
 }
 
-TEST(GoldenKernels, NormScaleShiftSwigluAndRotaryMatchTheLibTorchExpressions) {
+TEST(GoldenKernels, NormScaleShiftSwigluRotaryAndGateMatchTheLibTorchExpressions) {
   torch::manual_seed(21);
   const int before = at::get_num_threads();
   configure_runtime(2);  // 300 rows: split over the threads as in prefill
@@ -76,6 +76,14 @@ TEST(GoldenKernels, NormScaleShiftSwigluAndRotaryMatchTheLibTorchExpressions) {
     });
     EXPECT_LT(testing::max_abs_diff(slow_rot, fast_rot), 1e-5) << "n " << n;
     EXPECT_TRUE(fast_rot.is_contiguous());
+    // The routed core's gated residual, a gate per row (0 keeps x, 1 takes y).
+    auto y = torch::randn({n, 40}), gates = torch::rand({n});
+    gates.index_put_({0}, 0.0);
+    auto [slow_gate, fast_gate] = both_paths(
+        [&](torch::ScalarType t) { return gated_residual(x.to(t), y.to(t), gates.to(t)); });
+    EXPECT_LT(testing::max_abs_diff(slow_gate, x + gates.unsqueeze(1) * (y - x)), 1e-5);
+    EXPECT_LT(testing::max_abs_diff(slow_gate, fast_gate), 1e-5) << "n " << n;
+    EXPECT_TRUE(torch::equal(fast_gate[0], x[0]));
   }
   configure_runtime(before);
   // Training (gradients on) never takes the fused loops, which autograd cannot see through.

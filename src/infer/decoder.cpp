@@ -53,6 +53,7 @@ struct Decoder::Layer {
   std::vector<int64_t> expert;
   torch::Tensor gate;                    // (B)
   torch::Tensor window_sum, closed_sum;  // (B, d): current window's inputs; closed windows' means
+  FilmRows film;                         // the depth's FiLM rows (views of the parameters)
   std::vector<int64_t> window_count;
 
   bool routed() const { return spec.mask == CoreLayer::Mask::kRouted; }
@@ -131,6 +132,7 @@ void Decoder::build_layers(int64_t B) {
     l->cache = std::make_unique<KVCache>(B, c.n_kv_heads, c.head_dim(), options, !l->windowed());
     l->ordinal.assign(B, -1);
     if (l->routed()) {
+      l->film = routing_->film(spec.depth);
       l->expert.assign(B, 0);
       l->gate = torch::zeros({B}, options);
       l->window_sum = torch::zeros({B, c.d_model}, options);
@@ -185,8 +187,7 @@ void Decoder::fill_state(Layer& l, const Layout& layout, const torch::Tensor& x,
   }
   l.expert[b] = decision->host().experts[w];
   l.gate[b] = decision->gates[w];
-  FilmRows film = routing_->film(l.spec.depth);
-  keep_range(win.start, win.start + win.length, routing_->experts()[l.expert[b]], &film);
+  keep_range(win.start, win.start + win.length, routing_->experts()[l.expert[b]], &l.film);
   l.window_sum[b] = x.narrow(0, win.start, win.length).sum(0);
   l.window_count[b] = win.length;
   // Closed windows: the sum of their means (r_k = closed_sum / k). Every window of the prompt
@@ -326,13 +327,13 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
 
   // The rows grouped by expert, each group one slice of a single pass; attention runs in the
   // cache's row order.
-  FilmRows film = routing_->film(spec.depth);
+  const FilmRows& film = l.film;
   const RowGroups groups = group_rows(int64_tensor(l.expert, device_), routing_->experts());
   for (const auto& s : groups.slices) count_call(s.block, s.count);
   if (groups.identity) {
     auto y = run_slices(x, groups.slices, &film,
                         [&](const BlockImpl::QKV& qkv) { return attend(qkv, 0); });
-    return x + l.gate.unsqueeze(1) * (y - x);
+    return gated_residual(x, y, l.gate);
   }
   const auto& perm = groups.perm;
   const auto& inverse = groups.inverse;
@@ -343,7 +344,7 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
                       0);
     return att.index_select(0, perm);
   });
-  return x + l.gate.unsqueeze(1) * (ys.index_select(0, inverse) - x);
+  return gated_residual(x, ys.index_select(0, inverse), l.gate);
 }
 
 void Decoder::count_call(const Block& block, int64_t rows) {

@@ -121,6 +121,12 @@ torch::Tensor swiglu(const torch::Tensor& both) {
   return torch::silu(both.narrow(-1, 0, hidden)) * both.narrow(-1, hidden, hidden);
 }
 
+torch::Tensor gated_residual(const torch::Tensor& x, const torch::Tensor& y,
+                             const torch::Tensor& gate) {
+  if (cpu_fast_path({&x, &y, &gate}) && x.dim() == 2) return gated_residual_cpu(x, y, gate);
+  return x + gate.unsqueeze(1) * (y - x);
+}
+
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
   // gate and up in one GEMM: (n, d) x (d, 2F)
   return down_proj.apply(swiglu(gate_up.apply(x, {gate->weight, up->weight})), {down->weight});

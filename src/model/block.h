@@ -29,6 +29,10 @@ torch::Tensor rms_normalize(const torch::Tensor& x, double eps);
 // silu(gate) * up of a fused gate|up product (n, 2F) -> (n, F).
 torch::Tensor swiglu(const torch::Tensor& both);
 
+// The routed core's gated residual, x + gate * (y - x) per row: x, y (n, d), gate (n).
+torch::Tensor gated_residual(const torch::Tensor& x, const torch::Tensor& y,
+                             const torch::Tensor& gate);
+
 // Depth-dependent scale and shift after a core norm: gamma[l] * x + beta[l] (SPEC 1.1).
 struct FilmImpl : torch::nn::Module {
   FilmImpl(int64_t depth, int64_t dim);

@@ -145,7 +145,7 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
     // s = H + alpha * (E(H) - H), alpha per window broadcast to its tokens.
     scope.emplace("permute");
     auto alpha = decision.gates.index_select(0, part.token_window_t.index_select(0, groups.perm));
-    auto sp = xp + alpha.unsqueeze(1) * (yp - xp);
+    auto sp = gated_residual(xp, yp, alpha);
     x = sp.index_select(0, groups.inverse);
     scope.reset();
     if (options.hook) options.hook("core_depth_out", l, x);

@@ -41,6 +41,23 @@ torch::Tensor swiglu_cpu(const torch::Tensor& both) {
   return y;
 }
 
+torch::Tensor gated_residual_cpu(const torch::Tensor& x, const torch::Tensor& y,
+                                 const torch::Tensor& gate) {
+  const int64_t n = x.size(0), d = x.size(1);
+  TORCH_CHECK(y.sizes() == x.sizes() && gate.dim() == 1 && gate.size(0) == n,
+              "gated_residual: x and y (n, d) and gate (n)");
+  auto out = torch::empty_like(x);
+  const float* xp = x.data_ptr<float>();
+  const float* yp = y.data_ptr<float>();
+  const float* gp = gate.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, n, kCpuRowGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t i = r * d; i < (r + 1) * d; ++i) op[i] = xp[i] + gp[r] * (yp[i] - xp[i]);
+  });
+  return out;
+}
+
 bool rotary_cpu_layout(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   return cpu_fp32_contiguous({&cos, &sin}) && x.device().is_cpu() &&
          x.scalar_type() == torch::kFloat32 && x.dim() == 3 && x.stride(2) == 1 &&

@@ -125,6 +125,9 @@ torch::Tensor scale_shift_cpu(const torch::Tensor& x, const std::vector<torch::T
                               const torch::Tensor* beta);
 // SwiGLU of a fused gate|up product (n, 2F) -> silu(gate) * up (n, F).
 torch::Tensor swiglu_cpu(const torch::Tensor& both);
+// x + gate[r] * (y - x) on each row r of x, y (n, d); gate (n).
+torch::Tensor gated_residual_cpu(const torch::Tensor& x, const torch::Tensor& y,
+                                 const torch::Tensor& gate);
 // Rotary rotation of x (n, heads, dh) by cos/sin (n, dh/2): halves (x1, x2) ->
 // (x1 c - x2 s, x2 c + x1 s), or with `inverse` the rotation back, (x1 c + x2 s, x2 c - x1 s)
 // (the gradient of the forward one). x may be a strided view whose last dimension is
