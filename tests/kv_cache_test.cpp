@@ -31,7 +31,13 @@ TEST_P(KvCacheKernel, CpuKernelMatchesTheGenericPathOnAnyThreadCount) {
   std::vector<int64_t> positions = lengths;
   std::vector<uint8_t> router_only(B, 0);
   router_only[2] = 1;
-  auto run = [&](torch::ScalarType dtype, int threads, int64_t band, bool streamed = false) {
+  // v as the decoder passes it: columns of a wider fused product (rows apart by its width).
+  auto wide = torch::cat({torch::randn({B, 16}), v.reshape({B, Hkv * dh})}, 1);
+  auto v_view = wide.narrow(1, 16, Hkv * dh).reshape({B, Hkv, dh});
+  ASSERT_FALSE(v_view.is_contiguous());
+  ASSERT_TRUE(torch::equal(v_view, v));
+  auto run = [&](torch::ScalarType dtype, int threads, int64_t band, bool streamed = false,
+                 bool strided_v = false) {
     KVCache cache(B, Hkv, dh, torch::TensorOptions().dtype(dtype), streamed);
     for (int64_t b = 0; b < B; ++b) {
       std::vector<int64_t> pos(lengths[b]);
@@ -39,7 +45,8 @@ TEST_P(KvCacheKernel, CpuKernelMatchesTheGenericPathOnAnyThreadCount) {
       cache.append(b, keys[b].to(dtype), values[b].to(dtype), pos);
     }
     configure_runtime(threads);
-    auto out = cache.attend(q.to(dtype), k.to(dtype), v.to(dtype), positions, router_only, band);
+    auto out = cache.attend(q.to(dtype), k.to(dtype), strided_v ? v_view : v.to(dtype), positions,
+                            router_only, band);
     for (int64_t b = 0; b < B; ++b)
       EXPECT_EQ(cache.length(b), lengths[b] + (router_only[b] ? 0 : 1));
     return out;
@@ -52,6 +59,8 @@ TEST_P(KvCacheKernel, CpuKernelMatchesTheGenericPathOnAnyThreadCount) {
     EXPECT_TRUE(torch::equal(one, two)) << "band " << band;
     // Reading the cache as a stream (non-temporal) is a hint to the processor only.
     EXPECT_TRUE(torch::equal(two, run(torch::kFloat32, 2, band, true))) << "band " << band;
+    // Values read in place from a strided view store the same as a contiguous copy.
+    EXPECT_TRUE(torch::equal(two, run(torch::kFloat32, 2, band, false, true))) << "band " << band;
     EXPECT_LT(testing::max_abs_diff(two, reference), 1e-5) << "band " << band;
   }
   configure_runtime(before);

@@ -346,8 +346,9 @@ TEST(Routing, SelectionOnTheDeviceMatchesAHostLoop) {
   }
 }
 
-// Grouping rows by block: the stable sort a GPU runs and the CPU's counting pass give the same
-// permutation, inverse and slices as grouping by hand, with unused blocks and a single block.
+// Grouping rows by block: the stable sort a GPU runs and the CPU's counting pass (over a tensor or
+// over host ids, as the decoder has them) give the same permutation, inverse and slices as
+// grouping by hand, with unused blocks and a single block.
 TEST(Routing, GroupingBySortMatchesTheCountingPass) {
   auto c = tiny_config();
   std::vector<Block> blocks;
@@ -370,8 +371,12 @@ TEST(Routing, GroupingBySortMatchesTheCountingPass) {
     }
     std::vector<int64_t> inverse(n);
     for (int64_t r = 0; r < n; ++r) inverse[perm[r]] = r;
-    for (auto how : {RowGrouping::kCount, RowGrouping::kSort}) {
-      auto g = group_rows(torch::tensor(ids, torch::kInt64).to(testing::device()), blocks, how);
+    // The counting pass, the device sort, and the counting pass over ids on the host.
+    for (int variant = 0; variant < 3; ++variant) {
+      auto g = variant == 2
+                   ? group_rows(ids, blocks, testing::device())
+                   : group_rows(torch::tensor(ids, torch::kInt64).to(testing::device()), blocks,
+                                variant == 0 ? RowGrouping::kCount : RowGrouping::kSort);
       auto to_vector = [](const torch::Tensor& t) {
         auto h = t.to(torch::kCPU).contiguous();
         return std::vector<int64_t>(h.data_ptr<int64_t>(), h.data_ptr<int64_t>() + h.numel());
@@ -397,6 +402,7 @@ TEST(Routing, GroupingBySortMatchesTheCountingPass) {
     }
   }
   EXPECT_THROW(group_rows(torch::tensor(std::vector<int64_t>{0, 5}), blocks), std::exception);
+  EXPECT_THROW(group_rows(std::vector<int64_t>{0, 5}, blocks, torch::kCPU), std::exception);
 }
 
 }  // namespace

@@ -328,7 +328,7 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
   // The rows grouped by expert, each group one slice of a single pass; attention runs in the
   // cache's row order.
   const FilmRows& film = l.film;
-  const RowGroups groups = group_rows(int64_tensor(l.expert, device_), routing_->experts());
+  const RowGroups groups = group_rows(l.expert, routing_->experts(), device_);
   for (const auto& s : groups.slices) count_call(s.block, s.count);
   if (groups.identity) {
     auto y = run_slices(x, groups.slices, &film,

@@ -101,9 +101,15 @@ torch::Tensor KVCache::attend(const torch::Tensor& q, const torch::Tensor& k,
                           q.scalar_type() == torch::kFloat32 &&
                           k.scalar_type() == torch::kFloat32 && v.scalar_type() == torch::kFloat32;
   if (cpu_kernel) {
-    const auto kc = k.contiguous(), vc = v.contiguous();
+    // k and v are usually column ranges of a fused q|k|v product: rows apart by its width, each
+    // row's heads contiguous. Read them in place; copy only other layouts.
+    auto rows_of_heads = [&](const torch::Tensor& t) {
+      return t.stride(2) == 1 && t.stride(1) == head_dim_ ? t : t.contiguous();
+    };
+    const auto kc = rows_of_heads(k), vc = rows_of_heads(v);
     const float* kin = kc.data_ptr<float>();
     const float* vin = vc.data_ptr<float>();
+    const int64_t k_row = kc.stride(0), v_row = vc.stride(0);
     float* kp = k_.data_ptr<float>();
     float* vp = v_.data_ptr<float>();
     int64_t* slot_pos = slot_position_.data_ptr<int64_t>();
@@ -111,8 +117,8 @@ torch::Tensor KVCache::attend(const torch::Tensor& q, const torch::Tensor& k,
       slot_pos[b * capacity_ + length_[b]] = positions[b];
       for (int64_t h = 0; h < kv_heads_; ++h) {
         const int64_t at = ((b * kv_heads_ + h) * capacity_ + length_[b]) * head_dim_;
-        std::copy_n(kin + (b * kv_heads_ + h) * head_dim_, head_dim_, kp + at);
-        std::copy_n(vin + (b * kv_heads_ + h) * head_dim_, head_dim_, vp + at);
+        std::copy_n(kin + b * k_row + h * head_dim_, head_dim_, kp + at);
+        std::copy_n(vin + b * v_row + h * head_dim_, head_dim_, vp + at);
       }
     }
     auto out = attend_cpu(q.contiguous(), positions, band);

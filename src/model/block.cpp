@@ -229,58 +229,77 @@ BlockImpl::QKV BlockImpl::attention_inputs(const torch::Tensor& x, const FilmRow
                      film ? &film->attn_gamma : nullptr, film ? &film->attn_beta : nullptr)));
 }
 
-IdGroups group_ids(const torch::Tensor& ids, int64_t groups, RowGrouping how) {
-  TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == torch::kInt64,
-              "group_ids: ids must be a 1-D int64 tensor");
-  const int64_t n = ids.size(0);
-  if (how == RowGrouping::kAuto) how = ids.is_cpu() ? RowGrouping::kCount : RowGrouping::kSort;
+namespace {
+// The counting pass over ids on the host: a stable order by id, its inverse on `device`.
+IdGroups count_groups(const int64_t* id, int64_t n, int64_t groups, torch::Device device) {
   IdGroups g;
   g.counts.assign(groups, 0);
-  if (how == RowGrouping::kCount) {
-    auto host = ids.to(torch::kCPU).contiguous();
-    const int64_t* id = host.data_ptr<int64_t>();
-    for (int64_t r = 0; r < n; ++r) {
-      TORCH_CHECK(id[r] >= 0 && id[r] < groups, "group_ids: id ", id[r], " is outside 0..",
-                  groups - 1);
-      g.counts[id[r]]++;
-    }
-    std::vector<int64_t> next(groups, 0);
-    for (int64_t m = 1; m < groups; ++m) next[m] = next[m - 1] + g.counts[m - 1];
-    auto perm = torch::empty({n}, torch::kInt64), inverse = torch::empty({n}, torch::kInt64);
-    int64_t* p = perm.data_ptr<int64_t>();
-    int64_t* q = inverse.data_ptr<int64_t>();
-    g.identity = true;
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t at = next[id[r]]++;
-      p[at] = r;
-      q[r] = at;
-      g.identity = g.identity && at == r;
-    }
-    g.perm = perm.to(ids.device());
-    g.inverse = inverse.to(ids.device());
-  } else {
-    // The counts are the one transfer; the order is a stable sort on the device.
-    auto on_host = torch::bincount(ids, {}, groups).to(torch::kCPU).contiguous();
-    TORCH_CHECK(on_host.size(0) == groups, "group_ids: an id is outside 0..", groups - 1);
-    std::copy_n(on_host.data_ptr<int64_t>(), groups, g.counts.begin());
-    g.perm = std::get<1>(ids.sort(/*stable=*/true, 0, /*descending=*/false));
-    g.inverse = torch::empty_like(g.perm).scatter_(0, g.perm, torch::arange(n, g.perm.options()));
-    g.identity =
-        std::count_if(g.counts.begin(), g.counts.end(), [](int64_t c) { return c > 0; }) <= 1;
+  for (int64_t r = 0; r < n; ++r) {
+    TORCH_CHECK(id[r] >= 0 && id[r] < groups, "group_ids: id ", id[r], " is outside 0..",
+                groups - 1);
+    g.counts[id[r]]++;
   }
+  std::vector<int64_t> next(groups, 0);
+  for (int64_t m = 1; m < groups; ++m) next[m] = next[m - 1] + g.counts[m - 1];
+  auto perm = torch::empty({n}, torch::kInt64), inverse = torch::empty({n}, torch::kInt64);
+  int64_t* p = perm.data_ptr<int64_t>();
+  int64_t* q = inverse.data_ptr<int64_t>();
+  g.identity = true;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t at = next[id[r]]++;
+    p[at] = r;
+    q[r] = at;
+    g.identity = g.identity && at == r;
+  }
+  g.perm = perm.to(device);
+  g.inverse = inverse.to(device);
   return g;
 }
 
-RowGroups group_rows(const torch::Tensor& block_of_row, const std::vector<Block>& blocks,
-                     RowGrouping how) {
+RowGroups with_slices(IdGroups ids, const std::vector<Block>& blocks) {
   RowGroups g;
-  static_cast<IdGroups&>(g) = group_ids(block_of_row, static_cast<int64_t>(blocks.size()), how);
+  static_cast<IdGroups&>(g) = std::move(ids);
   int64_t offset = 0;
   for (size_t m = 0; m < blocks.size(); ++m) {
     if (g.counts[m] > 0) g.slices.push_back({blocks[m], offset, g.counts[m]});
     offset += g.counts[m];
   }
   return g;
+}
+}  // namespace
+
+IdGroups group_ids(const torch::Tensor& ids, int64_t groups, RowGrouping how) {
+  TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == torch::kInt64,
+              "group_ids: ids must be a 1-D int64 tensor");
+  const int64_t n = ids.size(0);
+  if (how == RowGrouping::kAuto) how = ids.is_cpu() ? RowGrouping::kCount : RowGrouping::kSort;
+  if (how == RowGrouping::kCount) {
+    auto host = ids.to(torch::kCPU).contiguous();
+    return count_groups(host.data_ptr<int64_t>(), n, groups, ids.device());
+  }
+  // The counts are the one transfer; the order is a stable sort on the device.
+  IdGroups g;
+  g.counts.assign(groups, 0);
+  auto on_host = torch::bincount(ids, {}, groups).to(torch::kCPU).contiguous();
+  TORCH_CHECK(on_host.size(0) == groups, "group_ids: an id is outside 0..", groups - 1);
+  std::copy_n(on_host.data_ptr<int64_t>(), groups, g.counts.begin());
+  g.perm = std::get<1>(ids.sort(/*stable=*/true, 0, /*descending=*/false));
+  g.inverse = torch::empty_like(g.perm).scatter_(0, g.perm, torch::arange(n, g.perm.options()));
+  g.identity =
+      std::count_if(g.counts.begin(), g.counts.end(), [](int64_t c) { return c > 0; }) <= 1;
+  return g;
+}
+
+RowGroups group_rows(const torch::Tensor& block_of_row, const std::vector<Block>& blocks,
+                     RowGrouping how) {
+  return with_slices(group_ids(block_of_row, static_cast<int64_t>(blocks.size()), how), blocks);
+}
+
+RowGroups group_rows(const std::vector<int64_t>& block_of_row, const std::vector<Block>& blocks,
+                     torch::Device device) {
+  return with_slices(count_groups(block_of_row.data(), static_cast<int64_t>(block_of_row.size()),
+                                  static_cast<int64_t>(blocks.size()), device),
+                     blocks);
 }
 
 namespace {

@@ -160,6 +160,9 @@ struct RowGroups : IdGroups {
 };
 RowGroups group_rows(const torch::Tensor& block_of_row, const std::vector<Block>& blocks,
                      RowGrouping how = RowGrouping::kAuto);
+// The same from ids on the host (the decoder's per-row experts), perm and inverse on `device`.
+RowGroups group_rows(const std::vector<int64_t>& block_of_row, const std::vector<Block>& blocks,
+                     torch::Device device);
 
 // Attention between the projections and the rest of a layer: q (n, H, dh), k and v
 // (n, Hkv, dh) before rotary, in the rows' order -> (n, H * dh).
