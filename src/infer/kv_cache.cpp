@@ -241,11 +241,12 @@ LOL_ALWAYS_INLINE void weighted_values(const float* w, const float* values, int6
 
 // Attention of one query head over n slots of keys/values (each dh floats, contiguous):
 // scores, softmax, weighted sum into o. Slots at positions <= limit are skipped (band);
-// `scores` has room for n floats.
-LOL_CPU_CLONES
-void attend_head(const float* q, const float* keys, const float* values, const int64_t* pos,
-                 int64_t n, int64_t dh, float scale, bool banded, int64_t limit, bool stream,
-                 float* scores, float* o) {
+// `scores` has room for n floats. Stream: the reads are non-temporal (see stream_ahead).
+// Always inlined into attend_head's clones, so each is compiled for their vector widths.
+template <bool Stream>
+LOL_ALWAYS_INLINE void head_passes(const float* q, const float* keys, const float* values,
+                                   const int64_t* pos, int64_t n, int64_t dh, float scale,
+                                   bool banded, int64_t limit, float* scores, float* o) {
   // A row's slots hold increasing positions (appended in order), so those a band leaves out
   // are a prefix: both passes skip it (the mask below still covers any others).
   if (banded) {
@@ -258,16 +259,13 @@ void attend_head(const float* q, const float* keys, const float* values, const i
   }
   switch (dh) {
     case 32:
-      stream ? key_scores<32, true>(q, keys, n, scale, scores)
-             : key_scores<32, false>(q, keys, n, scale, scores);
+      key_scores<32, Stream>(q, keys, n, scale, scores);
       break;
     case 64:
-      stream ? key_scores<64, true>(q, keys, n, scale, scores)
-             : key_scores<64, false>(q, keys, n, scale, scores);
+      key_scores<64, Stream>(q, keys, n, scale, scores);
       break;
     case 128:
-      stream ? key_scores<128, true>(q, keys, n, scale, scores)
-             : key_scores<128, false>(q, keys, n, scale, scores);
+      key_scores<128, Stream>(q, keys, n, scale, scores);
       break;
     default:
       for (int64_t t = 0; t < n; ++t) scores[t] = dot(q, keys + t * dh, dh) * scale;
@@ -278,14 +276,11 @@ void attend_head(const float* q, const float* keys, const float* values, const i
   const float inv_total = 1.0f / exp_shifted_sum(scores, scores, n, max_of(scores, n));
   switch (dh) {
     case 32:
-      return stream ? weighted_values<32, true>(scores, values, n, inv_total, o)
-                    : weighted_values<32, false>(scores, values, n, inv_total, o);
+      return weighted_values<32, Stream>(scores, values, n, inv_total, o);
     case 64:
-      return stream ? weighted_values<64, true>(scores, values, n, inv_total, o)
-                    : weighted_values<64, false>(scores, values, n, inv_total, o);
+      return weighted_values<64, Stream>(scores, values, n, inv_total, o);
     case 128:
-      return stream ? weighted_values<128, true>(scores, values, n, inv_total, o)
-                    : weighted_values<128, false>(scores, values, n, inv_total, o);
+      return weighted_values<128, Stream>(scores, values, n, inv_total, o);
     default:
       break;
   }
@@ -295,6 +290,14 @@ void attend_head(const float* q, const float* keys, const float* values, const i
     for (int64_t i = 0; i < dh; ++i) o[i] += scores[t] * vt[i];
   }
   for (int64_t i = 0; i < dh; ++i) o[i] *= inv_total;
+}
+
+LOL_CPU_CLONES
+void attend_head(const float* q, const float* keys, const float* values, const int64_t* pos,
+                 int64_t n, int64_t dh, float scale, bool banded, int64_t limit, bool stream,
+                 float* scores, float* o) {
+  stream ? head_passes<true>(q, keys, values, pos, n, dh, scale, banded, limit, scores, o)
+         : head_passes<false>(q, keys, values, pos, n, dh, scale, banded, limit, scores, o);
 }
 
 }  // namespace
