@@ -129,7 +129,8 @@ void Decoder::build_layers(int64_t B) {
     l->hook_name = hook;
     l->phase = phase;
     l->hook_index = index;
-    l->cache = std::make_unique<KVCache>(B, c.n_kv_heads, c.head_dim(), options, !l->windowed());
+    l->cache = std::make_unique<KVCache>(B, c.n_kv_heads, c.head_dim(), options,
+                                         !l->windowed() && KVCache::streaming_helps());
     l->ordinal.assign(B, -1);
     if (l->routed()) {
       l->film = routing_->film(spec.depth);

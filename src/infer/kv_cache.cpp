@@ -86,6 +86,15 @@ int64_t KVCache::slots() const {
   return slots;
 }
 
+bool KVCache::streaming_helps() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool amd = __builtin_cpu_is("amd");
+  return amd;
+#else
+  return false;
+#endif
+}
+
 int64_t KVCache::bytes() const {
   return slots() * 2 * kv_heads_ * head_dim_ * static_cast<int64_t>(k_.element_size());
 }
@@ -173,7 +182,9 @@ LOL_ALWAYS_INLINE float sum8(Float8 v) {
 // as non-temporal (prefetchnta), so that a growing cache read once per step passes through
 // without evicting what the next layers reread from the last-level cache (the core's library,
 // its window caches, the other blocks' weights). Measured at maze-cpu, context 512, over
-// interleaved rounds (docs/performance.md): batch 8 +2-11%, batch 32 +3-5%, batch 1 even.
+// interleaved rounds (docs/performance.md): batch 8 +2-11%, batch 32 +3-5%, batch 1 even on an
+// AMD Zen 4; on an Intel Xeon the same reads ran ~1.5x slower, so the decoder streams only
+// where KVCache::streaming_helps().
 constexpr int kStreamAhead = 1024;
 template <int DH>
 LOL_ALWAYS_INLINE void stream_ahead(const float* at) {

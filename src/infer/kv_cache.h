@@ -44,6 +44,12 @@ class KVCache {
   void append_rows(const KVCache& other);
   int64_t length(int64_t row) const { return length_[row]; }
   int64_t slots() const;  // used slots over all rows
+  // Whether this CPU reads caches that grow with the document faster streamed (see `streamed`):
+  // AMD's, whose last-level cache takes what leaves L2, so a cache read once per step evicts the
+  // weights the next layers reread unless it is fetched non-temporally; not Intel's, where
+  // prefetchnta fills L1 alone, past the L2 streamer, and the reads ran ~1.5x slower
+  // (docs/performance.md, 2026-12-02).
+  static bool streaming_helps();
   int64_t bytes() const;  // bytes of keys and values held (used slots)
 
  private:
