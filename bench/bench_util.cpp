@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <iomanip>
 #include <iostream>
@@ -137,9 +138,25 @@ void Table::row(const std::vector<std::string>& cells) const {
   std::cout << (markdown_ ? " |\n" : "\n");
 }
 
+namespace {
+// The processor's model name (/proc/cpuinfo), since the same VM type may land on different
+// processors and the figures follow them.
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  return "unknown";
+}
+}  // namespace
+
 json machine_fields(torch::Device device) {
   const auto info = runtime_info();
   return {{"commit", git_commit()},
+          {"cpu", cpu_model()},
           {"blas", info.blas},
           {"torch_threads", info.torch_threads},
           {"kernel_threads", info.kernel_threads},
@@ -150,9 +167,9 @@ json machine_fields(torch::Device device) {
 std::string machine_lines(torch::Device device) {
   const auto info = runtime_info();
   std::ostringstream out;
-  out << "commit " << git_commit() << " | BLAS: " << info.blas << "\nthreads: torch "
-      << info.torch_threads << ", kernels " << info.kernel_threads << ", BLAS " << info.blas_threads
-      << " | device " << device.str();
+  out << "commit " << git_commit() << " | cpu: " << cpu_model() << " | BLAS: " << info.blas
+      << "\nthreads: torch " << info.torch_threads << ", kernels " << info.kernel_threads
+      << ", BLAS " << info.blas_threads << " | device " << device.str();
   return out.str();
 }
 

@@ -8,27 +8,53 @@
 namespace lol {
 namespace {
 
+// The panel widths this CPU's kernels take: 8 (AVX2), and 16 with AVX-512.
+std::vector<int64_t> panel_widths() {
+  std::vector<int64_t> widths;
+  for (int64_t w : {8, 16})
+    if (w <= panel_width_supported()) widths.push_back(w);
+  return widths;
+}
+
 TEST(GoldenKernels, PackedGemmMatchesLinearForEveryRowCountAndRaggedShapes) {
   if (!packed_gemm_supported()) GTEST_SKIP() << "CPU without AVX2+FMA: projections use BLAS";
   torch::manual_seed(3);
-  for (int64_t n : {1, 8, 13, 40, 77})
-    for (int64_t k : {1, 7, 64, 129}) {
-      auto w = torch::randn({n, k});
-      auto panels = pack_panels(w);
-      EXPECT_EQ(panels.sizes(), (std::vector<int64_t>{(n + 7) / 8, k, 8}));
-      // Every remainder of the 4-row tiles, and prefill-sized blocks of rows.
-      std::vector<int64_t> rows;
-      for (int64_t m = 1; m <= 33; ++m) rows.push_back(m);
-      for (int64_t m : {64, 130, 517}) rows.push_back(m);
-      for (int64_t m : rows) {
-        auto x = torch::randn({m, k});
-        auto expected = torch::nn::functional::linear(x.to(torch::kFloat64), w.to(torch::kFloat64));
-        auto got = packed_gemm(x, panels, n);
-        ASSERT_EQ(got.sizes(), expected.sizes());
-        EXPECT_LT(testing::max_abs_diff(got, expected), 1e-4 * std::sqrt(static_cast<double>(k)))
+  for (int64_t width : panel_widths())
+    for (int64_t n : {1, 8, 13, 40, 77})
+      for (int64_t k : {1, 7, 64, 129}) {
+        auto w = torch::randn({n, k});
+        auto panels = pack_panels(w, width);
+        EXPECT_EQ(panels.sizes(), (std::vector<int64_t>{(n + width - 1) / width, k, width}));
+        // Every remainder of the 4- and 8-row tiles, and prefill-sized blocks of rows.
+        std::vector<int64_t> rows;
+        for (int64_t m = 1; m <= 33; ++m) rows.push_back(m);
+        for (int64_t m : {64, 130, 517}) rows.push_back(m);
+        for (int64_t m : rows) {
+          auto x = torch::randn({m, k});
+          auto expected =
+              torch::nn::functional::linear(x.to(torch::kFloat64), w.to(torch::kFloat64));
+          auto got = packed_gemm(x, panels, n);
+          ASSERT_EQ(got.sizes(), expected.sizes());
+          EXPECT_LT(testing::max_abs_diff(got, expected), 1e-4 * std::sqrt(static_cast<double>(k)))
+              << "width " << width << " m " << m << " n " << n << " k " << k;
+        }
+      }
+}
+
+// Both kernels sum every column over k in order with one FMA per k: 16-column panels (AVX-512)
+// give the bits of 8-column ones (AVX2), so a model decodes alike on either kind of CPU.
+TEST(PackedGemm, SixteenColumnPanelsGiveTheBitsOfEightColumnOnes) {
+  if (panel_width_supported() < 16) GTEST_SKIP() << "CPU without AVX-512: 8-column panels only";
+  torch::manual_seed(7);
+  EXPECT_EQ(pack_panels(torch::randn({40, 8})).size(2), 16);  // the default is the widest
+  for (int64_t n : {13, 768})
+    for (int64_t k : {7, 256})
+      for (int64_t m : {1, 2, 7, 8, 9, 32, 300}) {
+        auto w = torch::randn({n, k}), x = torch::randn({m, k});
+        EXPECT_TRUE(torch::equal(packed_gemm(x, pack_panels(w, 8), n),
+                                 packed_gemm(x, pack_panels(w, 16), n)))
             << "m " << m << " n " << n << " k " << k;
       }
-    }
 }
 
 // Large products split their column panels over the threads; every column is still one
@@ -37,18 +63,20 @@ TEST(PackedGemm, SplittingOverThreadsGivesTheSameBits) {
   if (!packed_gemm_supported()) GTEST_SKIP() << "CPU without AVX2+FMA: projections use BLAS";
   torch::manual_seed(5);
   auto w = torch::randn({1408, 256});
-  auto panels = pack_panels(w);
   const int before = at::get_num_threads();
-  for (int64_t m : {1, 5, 12, 32, 300}) {
-    auto x = torch::randn({m, 256});
-    at::set_num_threads(1);
-    auto one = packed_gemm(x, panels, 1408);
-    configure_runtime(2);
-    auto two = packed_gemm(x, panels, 1408);
-    EXPECT_TRUE(torch::equal(one, two)) << "m " << m;
-    EXPECT_LT(testing::max_abs_diff(
-                  two, torch::nn::functional::linear(x.to(torch::kFloat64), w.to(torch::kFloat64))),
-              1e-4 * 16);
+  for (int64_t width : panel_widths()) {
+    auto panels = pack_panels(w, width);
+    for (int64_t m : {1, 5, 12, 32, 300}) {
+      auto x = torch::randn({m, 256});
+      at::set_num_threads(1);
+      auto one = packed_gemm(x, panels, 1408);
+      configure_runtime(2);
+      auto two = packed_gemm(x, panels, 1408);
+      EXPECT_TRUE(torch::equal(one, two)) << "width " << width << " m " << m;
+      EXPECT_LT(testing::max_abs_diff(two, torch::nn::functional::linear(x.to(torch::kFloat64),
+                                                                         w.to(torch::kFloat64))),
+                1e-4 * 16);
+    }
   }
   configure_runtime(before);
 }
@@ -60,32 +88,33 @@ TEST(PackedGemm, GroupedProductsGiveEachGroupTheBitsOfItsOwnProduct) {
   if (!packed_gemm_supported()) GTEST_SKIP() << "CPU without AVX2+FMA: projections use BLAS";
   torch::manual_seed(6);
   const int before = at::get_num_threads();
-  for (int64_t n : {768, 13})
-    for (const auto& rows :
-         std::vector<std::vector<int64_t>>{{1}, {2, 1, 5, 1}, {14, 9, 6, 3}, {1, 32}}) {
-      std::vector<torch::Tensor> xs, panels, weights;
-      for (int64_t m : rows) {
-        weights.push_back(torch::randn({n, 256}));
-        panels.push_back(pack_panels(weights.back()));
-        xs.push_back(torch::randn({m, 256}));
-      }
-      for (int threads : {1, 2}) {
-        configure_runtime(threads);
-        auto grouped = grouped_packed_gemm(xs, panels, n);
-        int64_t row = 0;
-        for (size_t g = 0; g < xs.size(); ++g) {
-          auto alone = packed_gemm(xs[g], panels[g], n);
-          EXPECT_TRUE(torch::equal(grouped.narrow(0, row, xs[g].size(0)), alone))
-              << "n " << n << " group " << g << " threads " << threads;
-          EXPECT_LT(testing::max_abs_diff(
-                        alone, torch::nn::functional::linear(xs[g].to(torch::kFloat64),
-                                                             weights[g].to(torch::kFloat64))),
-                    1e-4 * 16);
-          row += xs[g].size(0);
+  for (int64_t width : panel_widths())
+    for (int64_t n : {768, 13})
+      for (const auto& rows :
+           std::vector<std::vector<int64_t>>{{1}, {2, 1, 5, 1}, {14, 9, 6, 3}, {1, 32}}) {
+        std::vector<torch::Tensor> xs, panels, weights;
+        for (int64_t m : rows) {
+          weights.push_back(torch::randn({n, 256}));
+          panels.push_back(pack_panels(weights.back(), width));
+          xs.push_back(torch::randn({m, 256}));
         }
-        EXPECT_EQ(grouped.size(0), row);
+        for (int threads : {1, 2}) {
+          configure_runtime(threads);
+          auto grouped = grouped_packed_gemm(xs, panels, n);
+          int64_t row = 0;
+          for (size_t g = 0; g < xs.size(); ++g) {
+            auto alone = packed_gemm(xs[g], panels[g], n);
+            EXPECT_TRUE(torch::equal(grouped.narrow(0, row, xs[g].size(0)), alone))
+                << "width " << width << " n " << n << " group " << g << " threads " << threads;
+            EXPECT_LT(testing::max_abs_diff(
+                          alone, torch::nn::functional::linear(xs[g].to(torch::kFloat64),
+                                                               weights[g].to(torch::kFloat64))),
+                      1e-4 * 16);
+            row += xs[g].size(0);
+          }
+          EXPECT_EQ(grouped.size(0), row);
+        }
       }
-    }
   configure_runtime(before);
 }
 

@@ -141,6 +141,86 @@ __attribute__((target("avx2,fma"))) void panel_run(const float* x, int64_t M, in
   if (stop - nb == 2) panel_group<2>(x, M, K, panels, y, ldy, nb);
   if (stop - nb == 1) panel_group<1>(x, M, K, panels, y, ldy, nb);
 }
+
+// The same products with AVX-512 over panels of 16 columns, (ceil(N/16), K, 16). Thirty-two
+// registers hold M <= 8 rows of P <= 3 panels (24 accumulators + 3 weights + a broadcast), so
+// eight rows pass the weights once where the AVX2 tiles take two passes, and each FMA does
+// twice the columns: 1.5-1.75x their speed from 8 rows up on an Intel Xeon. One or two rows
+// need no wider tiles here: they wait on the weights' bytes (measured even with 2-8 panels).
+// Every column is summed over k in order with one FMA per k, as the AVX2 tiles sum it: the same
+// bits. The loops over rows and panels are fully unrolled, so GCC keeps the accumulators in
+// registers.
+template <int M, int P>
+__attribute__((target("avx512f"))) void tile16(const float* x, int64_t K, const float* panels,
+                                               float* y, int64_t ldy, int64_t nb, bool prefetch) {
+  static_assert(M >= 1 && M <= 8 && P >= 1 && P <= 3, "tile16: at most 8 rows of 3 panels");
+  __m512 c[M][P];
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m)
+#pragma GCC unroll 3
+    for (int p = 0; p < P; ++p) c[m][p] = _mm512_setzero_ps();
+  const float* w = panels + nb * K * 16;
+  const char* next = reinterpret_cast<const char*>(w + P * K * 16);
+  for (int64_t k = 0; k < K; ++k) {
+    const float* wk = w + k * 16;
+    if (prefetch)  // P x 64 bytes of the next group per k: all of it over the K steps
+#pragma GCC unroll 3
+      for (int p = 0; p < P; ++p) __builtin_prefetch(next + (k * P + p) * 64);
+    __m512 v[P];
+#pragma GCC unroll 3
+    for (int p = 0; p < P; ++p) v[p] = _mm512_loadu_ps(wk + p * K * 16);
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m512 xv = _mm512_set1_ps(x[m * K + k]);
+#pragma GCC unroll 3
+      for (int p = 0; p < P; ++p) c[m][p] = _mm512_fmadd_ps(xv, v[p], c[m][p]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m)
+#pragma GCC unroll 3
+    for (int p = 0; p < P; ++p) _mm512_storeu_ps(y + m * ldy + (nb + p) * 16, c[m][p]);
+}
+
+// Every row of x times panels [nb, nb + P) of 16 columns, in tiles of 8 rows and then the
+// remainder; the first tile streams the panels in and asks for the next group's.
+template <int P>
+__attribute__((target("avx512f"))) void panel_group16(const float* x, int64_t M, int64_t K,
+                                                      const float* panels, float* y, int64_t ldy,
+                                                      int64_t nb) {
+  int64_t m = 0;
+  for (; m + 8 <= M; m += 8) tile16<8, P>(x + m * K, K, panels, y + m * ldy, ldy, nb, m == 0);
+  const float* xm = x + m * K;
+  float* ym = y + m * ldy;
+  const bool first = m == 0;
+  switch (M - m) {
+    case 7:
+      return tile16<7, P>(xm, K, panels, ym, ldy, nb, first);
+    case 6:
+      return tile16<6, P>(xm, K, panels, ym, ldy, nb, first);
+    case 5:
+      return tile16<5, P>(xm, K, panels, ym, ldy, nb, first);
+    case 4:
+      return tile16<4, P>(xm, K, panels, ym, ldy, nb, first);
+    case 3:
+      return tile16<3, P>(xm, K, panels, ym, ldy, nb, first);
+    case 2:
+      return tile16<2, P>(xm, K, panels, ym, ldy, nb, first);
+    case 1:
+      return tile16<1, P>(xm, K, panels, ym, ldy, nb, first);
+    default:
+      return;
+  }
+}
+
+// panel_run over panels of 16 columns: groups of three, then a tail of two or one.
+__attribute__((target("avx512f"))) void panel_run16(const float* x, int64_t M, int64_t K,
+                                                    const float* panels, float* y, int64_t ldy,
+                                                    int64_t nb, int64_t stop) {
+  for (; nb + 3 <= stop; nb += 3) panel_group16<3>(x, M, K, panels, y, ldy, nb);
+  if (stop - nb == 2) panel_group16<2>(x, M, K, panels, y, ldy, nb);
+  if (stop - nb == 1) panel_group16<1>(x, M, K, panels, y, ldy, nb);
+}
 #endif
 
 }  // namespace
@@ -154,15 +234,28 @@ bool packed_gemm_supported() {
 #endif
 }
 
-torch::Tensor pack_panels(const torch::Tensor& weight) {
+int64_t panel_width_supported() {
+#ifdef LOL_PACKED_GEMM
+  static const int64_t width = __builtin_cpu_supports("avx512f") ? 16 : 8;
+  return packed_gemm_supported() ? width : 0;
+#else
+  return 0;
+#endif
+}
+
+torch::Tensor pack_panels(const torch::Tensor& weight, int64_t width) {
   LOL_CHECK(
       weight.dim() == 2 && weight.scalar_type() == torch::kFloat32 && weight.device().is_cpu(),
       "pack_panels needs a 2-D fp32 CPU weight");
-  const int64_t n = weight.size(0), k = weight.size(1), num = (n + 7) / 8;
-  auto padded = torch::zeros({num * 8, k}, weight.options());
+  if (width == 0) width = panel_width_supported();
+  LOL_CHECK((width == 8 || width == 16) && width <= panel_width_supported(),
+            "pack_panels: panels of ", width, " columns need ", width == 16 ? "AVX-512" : "AVX2",
+            " on this CPU");
+  const int64_t n = weight.size(0), k = weight.size(1), num = (n + width - 1) / width;
+  auto padded = torch::zeros({num * width, k}, weight.options());
   padded.narrow(0, 0, n).copy_(weight.detach());
-  auto panels = zeros_in_huge_pages({num, k, 8}, weight.options());
-  panels.copy_(padded.view({num, 8, k}).transpose(1, 2));
+  auto panels = zeros_in_huge_pages({num, k, width}, weight.options());
+  panels.copy_(padded.view({num, width, k}).transpose(1, 2));
   return panels;
 }
 
@@ -174,8 +267,10 @@ torch::Tensor grouped_packed_gemm(const std::vector<torch::Tensor>& xs,
                                   const std::vector<torch::Tensor>& panels, int64_t n) {
   LOL_CHECK(packed_gemm_supported(), "packed_gemm needs a CPU with AVX2 and FMA");
   LOL_CHECK(!xs.empty() && xs.size() == panels.size(), "packed_gemm: one panel set per group");
-  const int64_t K = panels[0].size(1), num = panels[0].size(0),
+  const int64_t K = panels[0].size(1), num = panels[0].size(0), width = panels[0].size(2),
                 groups = static_cast<int64_t>(xs.size());
+  LOL_CHECK((width == 8 || width == 16) && width <= panel_width_supported(),
+            "packed_gemm: panels of ", width, " columns are not this CPU's");
   std::vector<int64_t> first_row(groups + 1, 0);  // group g's rows of y: [first_row[g], ..[g+1])
   for (int64_t g = 0; g < groups; ++g) {
     const auto& x = xs[g];
@@ -183,22 +278,22 @@ torch::Tensor grouped_packed_gemm(const std::vector<torch::Tensor>& xs,
                   x.device().is_cpu(),
               "packed_gemm needs contiguous fp32 CPU rows");
     LOL_CHECK(x.size(1) == K && x.size(0) > 0 && panels[g].size(0) == num &&
-                  panels[g].size(1) == K && panels[g].size(2) == 8 && n <= num * 8,
+                  panels[g].size(1) == K && panels[g].size(2) == width && n <= num * width,
               "packed_gemm: shapes do not match");
     first_row[g + 1] = first_row[g] + x.size(0);
   }
   const int64_t M = first_row[groups];
-  auto y = torch::empty({M, num * 8}, xs[0].options());
+  auto y = torch::empty({M, num * width}, xs[0].options());
 #ifdef LOL_PACKED_GEMM
   float* yp = y.data_ptr<float>();
-  const int64_t ldy = num * 8;
+  const int64_t ldy = num * width;
   // The (group, panel) pairs split over the threads once the products are large enough to
   // repay waking a second one, each thread a contiguous run of about equal cost (a panel of a
   // group costs its rows, plus about one row's worth to stream the panel in: experts get
   // unequal rows); each thread walks its run with panel_run per group.
   std::vector<int64_t> cost(groups + 1, 0);  // cumulative cost of all panels of groups < g
   for (int64_t g = 0; g < groups; ++g) cost[g + 1] = cost[g] + num * (xs[g].size(0) + 1);
-  const int64_t flops = 2 * M * K * num * 8;
+  const int64_t flops = 2 * M * K * num * width;
   const int64_t threads =
       std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), flops / kParallelFlops));
   // The first pair whose cost prefix reaches `target`.
@@ -215,7 +310,7 @@ torch::Tensor grouped_packed_gemm(const std::vector<torch::Tensor>& xs,
       const float* xp = xs[g].data_ptr<float>();
       const float* pp = panels[g].data_ptr<float>();
       float* yg = yp + first_row[g] * ldy;
-      panel_run(xp, m, K, pp, yg, ldy, begin - g * num, stop);
+      (width == 16 ? panel_run16 : panel_run)(xp, m, K, pp, yg, ldy, begin - g * num, stop);
       begin = g * num + stop;
     }
   };
@@ -229,7 +324,7 @@ torch::Tensor grouped_packed_gemm(const std::vector<torch::Tensor>& xs,
     });
   }
 #endif
-  return num * 8 == n ? y : y.narrow(1, 0, n).contiguous();
+  return num * width == n ? y : y.narrow(1, 0, n).contiguous();
 }
 
 }  // namespace lol

@@ -15,8 +15,11 @@ namespace lol {
 
 // Whether this CPU runs the kernels (x86-64 with AVX2 and FMA).
 bool packed_gemm_supported();
-// (N, K) fp32 weight -> (ceil(N/8), K, 8) panels, zero-padded past N.
-torch::Tensor pack_panels(const torch::Tensor& weight);
+// The widest panels this CPU's kernels take: 16 columns with AVX-512, 8 with AVX2, else 0.
+int64_t panel_width_supported();
+// (N, K) fp32 weight -> (ceil(N/W), K, W) panels of W columns, zero-padded past N; W = 0 picks
+// panel_width_supported(). Either width gives every column the same bits (tests use both).
+torch::Tensor pack_panels(const torch::Tensor& weight, int64_t width = 0);
 // x (M, K) fp32 contiguous on the CPU times the packed weight of n output columns: (M, n).
 torch::Tensor packed_gemm(const torch::Tensor& x, const torch::Tensor& panels, int64_t n);
 // Several such products of one shape at once: xs[g] (M_g, K) times panels[g], each of n output
