@@ -1,7 +1,8 @@
 #pragma once
 // y = x W^T without gradients on the CPU (decoding, prefill, evaluation). The weight is packed
-// once into panels of 8 output columns, (ceil(N/8), K, 8), and register-tiled AVX2+FMA
-// kernels stream it: groups of three panels stay in L1 while the rows pass, and large enough
+// once into panels of 8 output columns, (ceil(N/8), K, 8), for register-tiled AVX2+FMA kernels
+// (16 columns, (ceil(N/16), K, 16), for AVX-512 ones where the CPU has it: the same bits) that
+// stream it: groups of three panels stay in L1 while the rows pass, and large enough
 // products split the groups over the threads (at::parallel_for; from ~32 kFLOP, so even one
 // row is split: with OpenMP workers spinning briefly between regions, waking one costs a
 // microsecond or two). BLAS instead packs the whole weight on every call, which for a few rows
