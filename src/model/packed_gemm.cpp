@@ -103,45 +103,6 @@ __attribute__((target("avx2,fma"))) void tile(const float* x, int64_t K, const f
 #undef LOL_TILE_STORE
 }
 
-// Every row of x times panels [nb, nb + P), in tiles of 4 rows and then the remainder: the
-// P panels (P x K x 8 floats) stay in L1 while the rows stream past them.
-template <int P>
-__attribute__((target("avx2,fma"))) void panel_group(const float* x, int64_t M, int64_t K,
-                                                     const float* panels, float* y, int64_t ldy,
-                                                     int64_t nb) {
-  // The first tile of rows streams the panels in (and asks for the next group's); the others
-  // find them in L1.
-  int64_t m = 0;
-  for (; m + 4 <= M; m += 4) tile<4, P>(x + m * K, K, panels, y + m * ldy, ldy, nb, m == 0);
-  switch (M - m) {
-    case 3:
-      tile<3, P>(x + m * K, K, panels, y + m * ldy, ldy, nb, m == 0);
-      break;
-    case 2:
-      tile<2, P>(x + m * K, K, panels, y + m * ldy, ldy, nb, m == 0);
-      break;
-    case 1:
-      tile<1, P>(x + m * K, K, panels, y + m * ldy, ldy, nb, m == 0);
-      break;
-    default:
-      break;
-  }
-}
-
-// Every row of x times panels [nb, stop): one or two rows six panels (48 columns) at a time
-// first (see tile), then groups of three panels and a tail of two or one.
-__attribute__((target("avx2,fma"))) void panel_run(const float* x, int64_t M, int64_t K,
-                                                   const float* panels, float* y, int64_t ldy,
-                                                   int64_t nb, int64_t stop) {
-  if (M <= 2)
-    for (; nb + 6 <= stop; nb += 6)
-      M == 1 ? tile<1, 6>(x, K, panels, y, ldy, nb, true)
-             : tile<2, 6>(x, K, panels, y, ldy, nb, true);
-  for (; nb + 3 <= stop; nb += 3) panel_group<3>(x, M, K, panels, y, ldy, nb);
-  if (stop - nb == 2) panel_group<2>(x, M, K, panels, y, ldy, nb);
-  if (stop - nb == 1) panel_group<1>(x, M, K, panels, y, ldy, nb);
-}
-
 // The same products with AVX-512 over panels of 16 columns, (ceil(N/16), K, 16). Thirty-two
 // registers hold M <= 8 rows of P <= 3 panels (24 accumulators + 3 weights + a broadcast), so
 // eight rows pass the weights once where the AVX2 tiles take two passes, and each FMA does
@@ -182,44 +143,56 @@ __attribute__((target("avx512f"))) void tile16(const float* x, int64_t K, const 
     for (int p = 0; p < P; ++p) _mm512_storeu_ps(y + m * ldy + (nb + p) * 16, c[m][p]);
 }
 
-// Every row of x times panels [nb, nb + P) of 16 columns, in tiles of 8 rows and then the
-// remainder; the first tile streams the panels in and asks for the next group's.
-template <int P>
-__attribute__((target("avx512f"))) void panel_group16(const float* x, int64_t M, int64_t K,
-                                                      const float* panels, float* y, int64_t ldy,
-                                                      int64_t nb) {
-  int64_t m = 0;
-  for (; m + 8 <= M; m += 8) tile16<8, P>(x + m * K, K, panels, y + m * ldy, ldy, nb, m == 0);
-  const float* xm = x + m * K;
-  float* ym = y + m * ldy;
-  const bool first = m == 0;
-  switch (M - m) {
-    case 7:
-      return tile16<7, P>(xm, K, panels, ym, ldy, nb, first);
-    case 6:
-      return tile16<6, P>(xm, K, panels, ym, ldy, nb, first);
-    case 5:
-      return tile16<5, P>(xm, K, panels, ym, ldy, nb, first);
-    case 4:
-      return tile16<4, P>(xm, K, panels, ym, ldy, nb, first);
-    case 3:
-      return tile16<3, P>(xm, K, panels, ym, ldy, nb, first);
-    case 2:
-      return tile16<2, P>(xm, K, panels, ym, ldy, nb, first);
-    case 1:
-      return tile16<1, P>(xm, K, panels, ym, ldy, nb, first);
-    default:
-      return;
+// The kernels' walk over rows and panels, for panels of W columns (8: AVX2 tiles of up to 4
+// rows; 16: AVX-512 tiles of up to 8). (These call the tiles, compiled for their own targets.)
+template <int W, int R, int P>
+void tile_of(const float* x, int64_t K, const float* panels, float* y, int64_t ldy, int64_t nb,
+             bool prefetch) {
+  if constexpr (W == 16)
+    tile16<R, P>(x, K, panels, y, ldy, nb, prefetch);
+  else
+    tile<R, P>(x, K, panels, y, ldy, nb, prefetch);
+}
+
+// The last `rows` (fewer than a full tile) times panels [nb, nb + P): the tile of that many
+// rows, found by counting down from R at compile time.
+template <int W, int P, int R = (W == 16 ? 7 : 3)>
+void tail_rows(int64_t rows, const float* x, int64_t K, const float* panels, float* y, int64_t ldy,
+               int64_t nb, bool prefetch) {
+  if constexpr (R >= 1) {
+    if (rows == R) return tile_of<W, R, P>(x, K, panels, y, ldy, nb, prefetch);
+    tail_rows<W, P, R - 1>(rows, x, K, panels, y, ldy, nb, prefetch);
   }
 }
 
-// panel_run over panels of 16 columns: groups of three, then a tail of two or one.
-__attribute__((target("avx512f"))) void panel_run16(const float* x, int64_t M, int64_t K,
-                                                    const float* panels, float* y, int64_t ldy,
-                                                    int64_t nb, int64_t stop) {
-  for (; nb + 3 <= stop; nb += 3) panel_group16<3>(x, M, K, panels, y, ldy, nb);
-  if (stop - nb == 2) panel_group16<2>(x, M, K, panels, y, ldy, nb);
-  if (stop - nb == 1) panel_group16<1>(x, M, K, panels, y, ldy, nb);
+// Every row of x times panels [nb, nb + P), in full tiles and then the remainder: the P panels
+// stay in L1 while the rows stream past them. The first tile streams the panels in (and asks
+// for the next group's); the others find them in L1.
+template <int W, int P>
+void panel_group(const float* x, int64_t M, int64_t K, const float* panels, float* y, int64_t ldy,
+                 int64_t nb) {
+  constexpr int kRows = W == 16 ? 8 : 4;
+  int64_t m = 0;
+  for (; m + kRows <= M; m += kRows)
+    tile_of<W, kRows, P>(x + m * K, K, panels, y + m * ldy, ldy, nb, m == 0);
+  tail_rows<W, P>(M - m, x + m * K, K, panels, y + m * ldy, ldy, nb, m == 0);
+}
+
+// Every row of x times panels [nb, stop): with 8-column panels, one or two rows six panels
+// (48 columns) at a time first (see tile; 16-column ones need no such case, see tile16), then
+// groups of three panels and a tail of two or one.
+template <int W>
+void panel_run(const float* x, int64_t M, int64_t K, const float* panels, float* y, int64_t ldy,
+               int64_t nb, int64_t stop) {
+  if constexpr (W == 8) {
+    if (M <= 2)
+      for (; nb + 6 <= stop; nb += 6)
+        M == 1 ? tile<1, 6>(x, K, panels, y, ldy, nb, true)
+               : tile<2, 6>(x, K, panels, y, ldy, nb, true);
+  }
+  for (; nb + 3 <= stop; nb += 3) panel_group<W, 3>(x, M, K, panels, y, ldy, nb);
+  if (stop - nb == 2) panel_group<W, 2>(x, M, K, panels, y, ldy, nb);
+  if (stop - nb == 1) panel_group<W, 1>(x, M, K, panels, y, ldy, nb);
 }
 #endif
 
@@ -310,7 +283,7 @@ torch::Tensor grouped_packed_gemm(const std::vector<torch::Tensor>& xs,
       const float* xp = xs[g].data_ptr<float>();
       const float* pp = panels[g].data_ptr<float>();
       float* yg = yp + first_row[g] * ldy;
-      (width == 16 ? panel_run16 : panel_run)(xp, m, K, pp, yg, ldy, begin - g * num, stop);
+      (width == 16 ? panel_run<16> : panel_run<8>)(xp, m, K, pp, yg, ldy, begin - g * num, stop);
       begin = g * num + stop;
     }
   };
