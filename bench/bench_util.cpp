@@ -146,8 +146,9 @@ std::string cpu_model() {
   std::string line;
   while (std::getline(in, line))
     if (line.rfind("model name", 0) == 0) {
-      auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+      const auto name = line.find_first_not_of(" \t", line.find(':') + 1);
+      if (line.find(':') != std::string::npos && name != std::string::npos)
+        return line.substr(name);
     }
   return "unknown";
 }

@@ -106,7 +106,7 @@ __attribute__((target("avx2,fma"))) void tile(const float* x, int64_t K, const f
 // The same products with AVX-512 over panels of 16 columns, (ceil(N/16), K, 16). Thirty-two
 // registers hold M <= 8 rows of P <= 3 panels (24 accumulators + 3 weights + a broadcast), so
 // eight rows pass the weights once where the AVX2 tiles take two passes, and each FMA does
-// twice the columns: 1.5-1.75x their speed from 8 rows up on an Intel Xeon. One or two rows
+// twice the columns: 1.3-1.8x their speed from 8 rows up on an Intel Xeon. One or two rows
 // need no wider tiles here: they wait on the weights' bytes (measured even with 2-8 panels).
 // Every column is summed over k in order with one FMA per k, as the AVX2 tiles sum it: the same
 // bits. The loops over rows and panels are fully unrolled, so GCC keeps the accumulators in
