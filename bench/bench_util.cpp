@@ -146,9 +146,10 @@ std::string cpu_model() {
   std::string line;
   while (std::getline(in, line))
     if (line.rfind("model name", 0) == 0) {
-      const auto name = line.find_first_not_of(" \t", line.find(':') + 1);
-      if (line.find(':') != std::string::npos && name != std::string::npos)
-        return line.substr(name);
+      const auto colon = line.find(':');
+      const auto name =
+          colon == std::string::npos ? colon : line.find_first_not_of(" \t", colon + 1);
+      if (name != std::string::npos) return line.substr(name);
     }
   return "unknown";
 }

@@ -216,14 +216,20 @@ int64_t panel_width_supported() {
 #endif
 }
 
+namespace {
+// Panels of `width` columns are ones this CPU's kernels take (8: AVX2, 16: AVX-512).
+void check_panel_width(int64_t width, const char* who) {
+  LOL_CHECK((width == 8 || width == 16) && width <= panel_width_supported(), who, ": panels of ",
+            width, " columns need ", width == 16 ? "AVX-512" : "AVX2", " on this CPU");
+}
+}  // namespace
+
 torch::Tensor pack_panels(const torch::Tensor& weight, int64_t width) {
   LOL_CHECK(
       weight.dim() == 2 && weight.scalar_type() == torch::kFloat32 && weight.device().is_cpu(),
       "pack_panels needs a 2-D fp32 CPU weight");
   if (width == 0) width = panel_width_supported();
-  LOL_CHECK((width == 8 || width == 16) && width <= panel_width_supported(),
-            "pack_panels: panels of ", width, " columns need ", width == 16 ? "AVX-512" : "AVX2",
-            " on this CPU");
+  check_panel_width(width, "pack_panels");
   const int64_t n = weight.size(0), k = weight.size(1), num = (n + width - 1) / width;
   auto padded = torch::zeros({num * width, k}, weight.options());
   padded.narrow(0, 0, n).copy_(weight.detach());
@@ -242,8 +248,7 @@ torch::Tensor grouped_packed_gemm(const std::vector<torch::Tensor>& xs,
   LOL_CHECK(!xs.empty() && xs.size() == panels.size(), "packed_gemm: one panel set per group");
   const int64_t K = panels[0].size(1), num = panels[0].size(0), width = panels[0].size(2),
                 groups = static_cast<int64_t>(xs.size());
-  LOL_CHECK((width == 8 || width == 16) && width <= panel_width_supported(),
-            "packed_gemm: panels of ", width, " columns are not this CPU's");
+  check_panel_width(width, "packed_gemm");
   std::vector<int64_t> first_row(groups + 1, 0);  // group g's rows of y: [first_row[g], ..[g+1])
   for (int64_t g = 0; g < groups; ++g) {
     const auto& x = xs[g];
