@@ -114,7 +114,8 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
                 "for each batch row's step (--steps more steps)");
   cmd->add_option("--rounds", o->rounds,
                   "model: measure every row this many times, one round after another (2 with "
-                  "--peer); --against: rounds of the two builds (4)")
+                  "--peer); decode: the batch rows, each round with its own bandwidth for the "
+                  "floor, then medians over the rounds; --against: rounds of the two builds (4)")
       ->check(at_least(1));
   cmd->add_option("--against", o->against,
                   "another build's lol: run this suite with both, alternating over --rounds, and "
@@ -138,8 +139,9 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       bench::bench_against({o->against, cmd->count("--rounds") ? o->rounds : 4, o->output});
       return;
     }
-    LOL_CHECK(cmd->count("--rounds") == 0 || o->suite == "model",
-              "--rounds: only the model suite (or --against) has rounds, not --suite ", o->suite);
+    LOL_CHECK(cmd->count("--rounds") == 0 || o->suite == "model" || o->suite == "decode",
+              "--rounds: only the model and decode suites (or --against) have rounds, not --suite ",
+              o->suite);
     if (o->suite == "tasks") {
       bench::bench_tasks(o->puzzles, o->reps, o->output);
       return;
@@ -218,6 +220,7 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       d.output = o->output;
       d.device = selected_device();
       d.profile = o->profile;
+      d.rounds = o->rounds;
       bench::bench_decode(d);
       return;
     }

@@ -39,9 +39,11 @@ struct DecodeBenchOptions {
   std::string output = "md";
   torch::Device device = torch::kCPU;
   bool profile = false;  // then each batch row's step by phase and part (util/op_profile.h)
+  int rounds = 1;        // the batch rows measured this many times, rounds interleaved
 };
 // Prefill tokens/s; per-token latency cached vs recomputed by context (core vs rest); batch
-// scaling with block calls and weight bytes per token.
+// scaling with block calls and weight bytes per token, each batch row against batch 1 and
+// against its floor (medians over the rounds when there are several).
 void bench_decode(const DecodeBenchOptions& options);
 
 struct AnalysisBenchOptions {

@@ -269,6 +269,34 @@ for r in batch:
 PY
 expect_error "bench profile other suite" "only the model and decode suites have a profile" "$lol" bench --suite tasks --profile
 
+# lol bench --suite decode --rounds: the batch rows round after round, each round's floors at its
+# own bandwidth and each row against its own round's batch 1; then the medians over the rounds.
+expect_ok "bench decode rounds" "$lol" --threads 1 bench --suite decode --preset tiny --families lol,dense --contexts 16 --batches 1,3 --steps 3 --rounds 3 -o json
+python3 - "$dir/out" <<'PY' && pass "bench decode rounds, ratios and medians" || failed "bench decode rounds, ratios and medians"
+import json, statistics, sys
+j = json.load(open(sys.argv[1]))
+assert j["rounds"] == 3, j.get("rounds")
+batch = [r for r in j["rows"] if r["what"] == "batch"]
+assert sorted((r["family"], r["round"], r["batch"]) for r in batch) == sorted(
+    (f, k, b) for f in ("lol", "dense") for k in (1, 2, 3) for b in (1, 3)), batch
+by = {(r["family"], r["round"], r["batch"]): r for r in batch}
+for (fam, k, b), r in by.items():
+    floor = 1e3 * max(r["mb_read_per_step"] / 1e3 / r["read_bandwidth_gbps"],
+                      r["gflop_per_step"] / j["matmul_peak_gflops"]["median"])
+    assert abs(r["floor_ms"] - floor) < 1e-6 * floor, (r, floor)
+    one = by[(fam, k, 1)]["tokens_per_s"]
+    assert abs(r["x_batch1"] - r["tokens_per_s"] / one) < 1e-9 * r["x_batch1"], r
+med = {(m["family"], m["batch"]): m for m in j["medians"]}
+assert sorted(med) == sorted((f, b) for f in ("lol", "dense") for b in (1, 3)), med
+for (fam, b), m in med.items():
+    rows = [by[(fam, k, b)] for k in (1, 2, 3)]
+    for key, values in (("tokens_per_s", [r["tokens_per_s"] for r in rows]),
+                        ("x_batch1", [r["x_batch1"] for r in rows]),
+                        ("x_floor", [r["p50_ms"] / r["floor_ms"] for r in rows])):
+        assert abs(m[key] - statistics.median(values)) < 1e-9 * abs(m[key]), (key, m, values)
+PY
+expect_error "bench rounds other suite" "only the model and decode suites (or --against) have rounds" "$lol" bench --suite tasks --rounds 2
+
 # lol bench --against: a stand-in "other build" records the arguments it was run with and writes
 # fixed rows; this build's rows are real. Each row gets both builds' figures over the rounds.
 cat >"$dir/other_lol" <<'SH'
