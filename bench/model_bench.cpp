@@ -181,6 +181,28 @@ void bench_model(const ModelBenchOptions& o) {
     return 0.0;
   };
   const std::string first_family = o.families.front();
+  // With rounds: per family, mode and length, the medians over the rounds of tokens/s and of
+  // each round's ratios (rows of one round ran minutes apart at most, so their ratios hold
+  // while the machine's speed drifts between rounds).
+  struct Median {
+    std::string family, mode;
+    int64_t seq_len = 0;
+    double tokens_per_s = 0, vs_first = 0, vs_peer = 0;
+  };
+  std::vector<Median> medians;
+  if (o.rounds > 1)
+    for (const auto& r : rows) {
+      if (r.round != 1) continue;
+      std::vector<double> tps, first, peer;
+      for (const auto& s : rows)
+        if (s.family == r.family && s.mode == r.mode && s.seq_len == r.seq_len) {
+          tps.push_back(s.tokens_per_s.mean);
+          first.push_back(s.tokens_per_s.mean / baseline(s));
+          if (to_peer(s) > 0) peer.push_back(to_peer(s));
+        }
+      medians.push_back({r.family, r.mode, r.seq_len, percentile(tps, 0.5), percentile(first, 0.5),
+                         peer.empty() ? 0.0 : percentile(peer, 0.5)});
+    }
   if (o.output == "json") {
     json j = machine_fields(o.device);
     j.update(
@@ -202,6 +224,18 @@ void bench_model(const ModelBenchOptions& o) {
                            {"ratio_to_" + first_family, r.tokens_per_s.mean / baseline(r)}});
       if (to_peer(r) > 0) j["rows"].back()["ratio_to_peer"] = to_peer(r);
       if (o.profile && r.mode != "peer step") j["rows"].back().update(profile_json(r.profile));
+    }
+    if (!medians.empty()) {
+      j["rounds"] = o.rounds;
+      j["medians"] = json::array();
+      for (const auto& m : medians) {
+        j["medians"].push_back({{"family", m.family},
+                                {"mode", m.mode},
+                                {"seq_len", m.seq_len},
+                                {"tokens_per_s", m.tokens_per_s},
+                                {"ratio_to_" + first_family, m.vs_first}});
+        if (m.vs_peer > 0) j["medians"].back()["ratio_to_peer"] = m.vs_peer;
+      }
     }
     std::cout << j.dump(2) << "\n";
     return;
@@ -238,6 +272,21 @@ void bench_model(const ModelBenchOptions& o) {
     if (o.peer) cells.push_back(to_peer(r) > 0 ? fixed(to_peer(r), 3) : "-");
     if (o.rounds > 1) cells.insert(cells.begin(), std::to_string(r.round));
     table.row(cells);
+  }
+  if (!medians.empty()) {
+    if (md)
+      std::cout << "\nmedians over the " << o.rounds
+                << " rounds (ratios: each round's, then their median)\n\n";
+    Table summary(md);
+    std::vector<std::string> head = {"family", "mode", "seq", "tokens/s", "x " + first_family};
+    if (o.peer) head.push_back("x peer");
+    summary.header(head, 2);
+    for (const auto& m : medians) {
+      std::vector<std::string> cells = {m.family, m.mode, std::to_string(m.seq_len),
+                                        fixed(m.tokens_per_s, 1), fixed(m.vs_first, 3)};
+      if (o.peer) cells.push_back(m.vs_peer > 0 ? fixed(m.vs_peer, 3) : "-");
+      summary.row(cells);
+    }
   }
   if (o.profile) {
     if (o.device.is_cuda())

@@ -231,6 +231,17 @@ assert len(engine) == 4
 for r in engine:
     want = r["tokens_per_s"] / peer[(r["round"], r["family"])]["tokens_per_s"]
     assert abs(r["ratio_to_peer"] - want) < 1e-9 * want, (r, want)
+# The medians over the rounds: of tokens/s and of each round's ratios.
+import statistics
+assert j["rounds"] == 2
+med = {(m["family"], m["mode"]): m for m in j["medians"]}
+assert sorted(med) == [("dense", "peer step"), ("dense", "train"), ("lol", "peer step"), ("lol", "train")], sorted(med)
+for (fam, mode), m in med.items():
+    rows = [r for r in j["rows"] if r["family"] == fam and r["mode"] == mode]
+    for key in ("tokens_per_s", "ratio_to_dense") + (("ratio_to_peer",) if mode == "train" else ()):
+        want = statistics.median(r[key] for r in rows)
+        assert abs(m[key] - want) < 1e-9 * want, (key, m, want)
+    assert mode == "train" or "ratio_to_peer" not in m, m
 PY
 printf 'import sys\nsys.exit(3)\n' >"$dir/bad_peer.py"
 printf '#!/bin/sh\n[ "$1" = -c ] && exit 0\nexec python3 "$@"\n' >"$dir/py"
