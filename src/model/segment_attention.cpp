@@ -133,9 +133,11 @@ void for_tasks(const Problem& p, int64_t num_segments, Fn fn) {
   });
 }
 
-// Scores of query rows [q0, q0 + qn) of a segment against its keys [k0, k0 + kn): masked to
-// -inf where SPEC 1.2 forbids (later keys, keys outside the band, router-only keys other than
-// the query itself), then softmax along each row into P (masked keys exactly 0).
+// Scores of query rows [q0, q0 + qn) of a segment against its keys [k0, k0 + kn) into P, as
+// SPEC 1.2 allows: each row's softmax runs over its own range only, from the band's start to
+// the query itself, with router-only keys other than the query at -inf; P is exactly 0 for
+// every key outside the range (later keys, keys before the band). A causal block's rows skip
+// the masked half instead of exponentiating it.
 LOL_CPU_CLONES
 void masked_softmax(const Problem& p, int64_t start, int64_t q0, int64_t qn, int64_t k0, int64_t kn,
                     float* scores, float* probs) {
@@ -145,9 +147,11 @@ void masked_softmax(const Problem& p, int64_t start, int64_t q0, int64_t qn, int
     const int64_t i = q0 + r - k0;  // the query's own key, relative to k0
     const int64_t lo = p.band > 0 ? std::max<int64_t>(0, i - p.band + 1) : 0;
     float* row = scores + r * kn;
-    for (int64_t j = 0; j < kn; ++j)
-      row[j] = (j > i || j < lo || (j != i && !visible[j])) ? kMasked : row[j];
-    softmax_row(row, probs + r * kn, kn);
+    float* out = probs + r * kn;
+    for (int64_t j = lo; j < i; ++j) row[j] = visible[j] ? row[j] : kMasked;
+    softmax_row(row + lo, out + lo, i + 1 - lo);
+    std::fill(out, out + lo, 0.0f);
+    std::fill(out + i + 1, out + kn, 0.0f);
   }
 }
 
