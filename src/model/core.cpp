@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "model/routed_rows.h"
 #include "util/op_profile.h"
 #include "util/tensor.h"
 
@@ -137,16 +138,15 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
     const RowGroups groups =
         group_rows(decision.experts.index_select(0, part.token_window_t), blocks());
     FilmRows rows = film(p);
-    auto xp = x.index_select(0, groups.perm);
+    auto xp = groups.identity ? x : permute_rows(x, groups.perm, groups.inverse);
     auto rotary_rows = rotary.select(groups.perm);
     scope.reset();
     auto yp =
         run_blocks(xp, groups.slices, rotary_rows, part.plan, &rows, groups.perm, groups.inverse);
-    // s = H + alpha * (E(H) - H), alpha per window broadcast to its tokens.
+    // s = H + alpha * (E(H) - H) in token order, alpha per window broadcast to its tokens.
     scope.emplace("permute");
-    auto alpha = decision.gates.index_select(0, part.token_window_t.index_select(0, groups.perm));
-    auto sp = gated_residual(xp, yp, alpha);
-    x = sp.index_select(0, groups.inverse);
+    x = routed_residual(x, yp, decision.gates, part.token_window_t,
+                        groups.identity ? torch::Tensor() : groups.inverse);
     scope.reset();
     if (options.hook) options.hook("core_depth_out", l, x);
     if (routes) routes->push_back(std::move(decision));

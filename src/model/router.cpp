@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "model/routed_rows.h"
 #include "util/files.h"
 #include "util/tensor.h"
 
@@ -114,13 +115,17 @@ torch::Tensor RouterImpl::decode_inputs(const torch::Tensor& first_states,
 RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
                                  const WindowPartition& part, const Layout& layout, bool add_noise,
                                  const ForcedPath* force) const {
-  const int64_t num_windows = static_cast<int64_t>(part.windows.size());
   const int64_t d = states.size(1);
 
   // mu_k: mean state of each window (router-only tokens included; there is no padding).
-  auto sums =
-      torch::zeros({num_windows, d}, states.options()).index_add(0, part.token_window_t, states);
-  auto mu = sums / part.lengths_t.to(states.scalar_type()).unsqueeze(1);
+  std::vector<int64_t> starts, lengths;
+  starts.reserve(part.windows.size());
+  lengths.reserve(part.windows.size());
+  for (const auto& w : part.windows) {
+    starts.push_back(w.start);
+    lengths.push_back(w.length);
+  }
+  auto mu = window_means(states, starts, lengths, part.token_window_t, part.lengths_t);
 
   // r_k = mean of mu_0..mu_{k-1} within the document: cumulative sums over a
   // (documents, max windows) grid, so no sum runs across documents.
