@@ -93,10 +93,6 @@ class Rows {
   std::map<std::string, size_t> index_;
 };
 
-double median(const std::vector<double>& xs) {
-  return xs.empty() ? 0.0 : percentile(xs, 0.5);
-}
-
 std::string range(const std::vector<double>& xs) {
   if (xs.empty()) return "-";
   return fixed(*std::min_element(xs.begin(), xs.end()), 1) + ".." +

@@ -32,6 +32,10 @@ double percentile(std::vector<double> xs, double q) {
   return xs[lo] + (xs[hi] - xs[lo]) * (pos - static_cast<double>(lo));
 }
 
+double median(const std::vector<double>& xs) {
+  return xs.empty() ? 0.0 : percentile(xs, 0.5);
+}
+
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream in(text);

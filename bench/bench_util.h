@@ -18,7 +18,8 @@ struct Spread {
   double mean = 0, stddev = 0;
 };
 Spread spread(const std::vector<double>& xs);
-double percentile(std::vector<double> xs, double q);
+double percentile(std::vector<double> xs, double q);      // xs not empty
+double median(const std::vector<double>& xs);             // 0 for none
 std::vector<std::string> split(const std::string& text);  // "a,b" -> {"a", "b"}
 void synchronize(torch::Device device);                   // waits for queued GPU work
 double seconds_since(Clock::time_point start);

@@ -160,8 +160,8 @@ void bench_decode(const DecodeBenchOptions& o) {
           vf.push_back(s.p50_ms / s.floor_ms);
           bw.push_back(s.bandwidth_gbps);
         }
-      medians.push_back({r.family, r.context, r.batch, percentile(tps, 0.5), percentile(v1, 0.5),
-                         percentile(vf, 0.5), percentile(bw, 0.5)});
+      medians.push_back(
+          {r.family, r.context, r.batch, median(tps), median(v1), median(vf), median(bw)});
     }
   auto fmt = fixed;
   // Inference products on the CPU use the packed kernel when the CPU has AVX2+FMA (its 16-column

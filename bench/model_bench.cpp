@@ -200,8 +200,7 @@ void bench_model(const ModelBenchOptions& o) {
           first.push_back(s.tokens_per_s.mean / baseline(s));
           if (to_peer(s) > 0) peer.push_back(to_peer(s));
         }
-      medians.push_back({r.family, r.mode, r.seq_len, percentile(tps, 0.5), percentile(first, 0.5),
-                         peer.empty() ? 0.0 : percentile(peer, 0.5)});
+      medians.push_back({r.family, r.mode, r.seq_len, median(tps), median(first), median(peer)});
     }
   if (o.output == "json") {
     json j = machine_fields(o.device);

@@ -174,7 +174,7 @@ LOL_ALWAYS_INLINE Float8 load8(const float* p) {
   return v;
 }
 
-LOL_ALWAYS_INLINE float sum8(Float8 v) {
+LOL_ALWAYS_INLINE float sum8(const Float8& v) {
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
