@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "model/model.h"
 #include "reference.h"
 #include "util/files.h"
+#include "util/runtime.h"
 
 namespace lol::testing {
 
@@ -159,6 +161,26 @@ inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
       .abs()
       .max()
       .item<double>();
+}
+
+// For gradient tests: every input cast to `dtype` as a fresh leaf requiring gradients, then
+// {f(leaves), d sum(f(leaves) * upstream) / d leaf for each leaf (zeros where none reached it)},
+// on `threads` threads when given (the runtime's count is restored after).
+inline std::vector<torch::Tensor> output_and_gradients(
+    const std::vector<torch::Tensor>& inputs, torch::ScalarType dtype,
+    const torch::Tensor& upstream,
+    const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& f, int threads = 0) {
+  std::vector<torch::Tensor> leaves;
+  for (const auto& t : inputs) leaves.push_back(t.to(dtype).detach().clone().requires_grad_(true));
+  const int before = at::get_num_threads();
+  if (threads > 0) configure_runtime(threads);
+  auto out = f(leaves);
+  (out * upstream.to(dtype)).sum().backward();
+  if (threads > 0) configure_runtime(before);
+  std::vector<torch::Tensor> result{out.detach()};
+  for (const auto& leaf : leaves)
+    result.push_back(leaf.grad().defined() ? leaf.grad() : torch::zeros_like(leaf));
+  return result;
 }
 
 }  // namespace lol::testing

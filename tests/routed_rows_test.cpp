@@ -6,7 +6,6 @@
 #include "model/routed_rows.h"
 
 #include "helpers.h"
-#include "util/runtime.h"
 
 namespace lol {
 namespace {
@@ -39,23 +38,12 @@ Case make_case() {
   return c;
 }
 
-// Leaves of the given dtype, the function's output and the leaves' gradients of
-// sum(out * upstream).
+// f's output and gradients (testing::output_and_gradients) in `dtype` on `threads` threads.
 std::vector<torch::Tensor> run(
     const std::vector<torch::Tensor>& inputs, torch::ScalarType dtype, int threads,
     const torch::Tensor& upstream,
     const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& f) {
-  std::vector<torch::Tensor> leaves;
-  for (const auto& t : inputs) leaves.push_back(t.to(dtype).detach().clone().requires_grad_(true));
-  const int before = at::get_num_threads();
-  configure_runtime(threads);
-  auto out = f(leaves);
-  (out * upstream.to(dtype)).sum().backward();
-  configure_runtime(before);
-  std::vector<torch::Tensor> result{out.detach()};
-  for (const auto& leaf : leaves)
-    result.push_back(leaf.grad().defined() ? leaf.grad() : torch::zeros_like(leaf));
-  return result;
+  return testing::output_and_gradients(inputs, dtype, upstream, f, threads);
 }
 
 void expect_same_and_close(const std::vector<torch::Tensor>& one,
