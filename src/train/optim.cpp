@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "util/error.h"
+#include "util/op_profile.h"
 
 namespace lol {
 
@@ -119,7 +120,11 @@ void Muon::step(double lr) {
       const auto& u = updates[i];
       wide.push_back(u.size(0) > u.size(1) ? u.t() : u);
     }
-    auto ortho = newton_schulz(torch::stack(wide), options_.ns_steps);
+    torch::Tensor ortho;
+    {
+      ProfileScope part("newton_schulz");
+      ortho = newton_schulz(torch::stack(wide), options_.ns_steps);
+    }
     for (size_t j = 0; j < members.size(); ++j) {
       auto& p = params_[members[j]].second;
       auto o = ortho[static_cast<int64_t>(j)];

@@ -211,13 +211,20 @@ StepMetrics Trainer::train_step() {
   std::vector<torch::Tensor> params;
   for (auto& p : model_->parameters())
     if (p.grad().defined()) params.push_back(p);
-  if (config_.grad_clip > 0)
-    m.grad_norm = torch::nn::utils::clip_grad_norm_(params, config_.grad_clip);
-  else
-    m.grad_norm =
-        torch::nn::utils::clip_grad_norm_(params, std::numeric_limits<double>::infinity());
-  adamw_->step(m.lr);
-  if (muon_) muon_->step(m.lr);
+  {
+    ProfileScope part("clip");
+    m.grad_norm = torch::nn::utils::clip_grad_norm_(
+        params,
+        config_.grad_clip > 0 ? config_.grad_clip : std::numeric_limits<double>::infinity());
+  }
+  {
+    ProfileScope part("adamw");
+    adamw_->step(m.lr);
+  }
+  if (muon_) {
+    ProfileScope part("muon");  // its Newton-Schulz iterations are a part of their own
+    muon_->step(m.lr);
+  }
   scope.emplace("balance");
   apply_balance(model_->core(), loads, mc.balance_rate);
   ++step_;
