@@ -1,5 +1,6 @@
 // The row movements of a routed depth (model/routed_rows.h) against the LibTorch expressions
-// they replace, in float64 under autograd: the window means against an index_add, and the
+// they replace, in float64 under autograd: the window means and first states against an
+// index_add and an index_select, and the
 // permutation with the gated residual in token order against the residual in expert order
 // permuted back (the form it replaced); outputs and every input gradient for a random upstream
 // gradient, on one thread and two (the same bits).
@@ -13,24 +14,35 @@ namespace {
 constexpr int64_t kRows = 203, kWidth = 52;
 
 // Windows of uneven lengths tiling the rows in order (one of length 1; more windows than a
-// thread chunk), each row's window and a permutation that groups the rows by a random expert.
+// thread chunk) in documents of one to four windows, each row's window and a permutation that
+// groups the rows by a random expert.
 struct Case {
-  std::vector<int64_t> starts, lengths, window_of_row;
-  torch::Tensor window_t, lengths_t, perm, inverse;
+  WindowPartition part;
+  torch::Tensor window_t, perm, inverse;
 };
 
 Case make_case() {
   Case c;
-  const std::vector<int64_t> pattern{7, 1, 13, 4, 9};
-  for (int64_t r = 0, i = 0; r < kRows; ++i) {
+  auto& part = c.part;
+  const std::vector<int64_t> pattern{7, 1, 13, 4, 9}, windows_per_document{3, 1, 4, 2};
+  std::vector<int64_t> lengths, first_token;
+  for (int64_t r = 0, i = 0, document = -1, ordinal = 0, document_start = 0; r < kRows; ++i) {
     const int64_t length = std::min(pattern[static_cast<size_t>(i) % pattern.size()], kRows - r);
-    c.starts.push_back(r);
-    c.lengths.push_back(length);
-    for (int64_t k = 0; k < length; ++k) c.window_of_row.push_back(c.starts.size() - 1);
+    if (document < 0 || ordinal == windows_per_document[static_cast<size_t>(document) % 4]) {
+      ++document;
+      ordinal = 0;
+      document_start = r;
+    }
+    part.windows.push_back(Window{document, ordinal++, r, length});
+    lengths.push_back(length);
+    first_token.push_back(document_start);
+    for (int64_t k = 0; k < length; ++k)
+      part.token_window.push_back(static_cast<int64_t>(part.windows.size()) - 1);
     r += length;
   }
-  c.window_t = torch::tensor(c.window_of_row, torch::kInt64);
-  c.lengths_t = torch::tensor(c.lengths, torch::kInt64);
+  part.token_window_t = c.window_t = torch::tensor(part.token_window, torch::kInt64);
+  part.lengths_t = torch::tensor(lengths, torch::kInt64);
+  part.first_token_t = torch::tensor(first_token, torch::kInt64);
   torch::manual_seed(5);
   auto expert = torch::randint(0, 4, {kRows}, torch::kInt64);
   c.perm = std::get<1>(expert.sort(/*stable=*/true, 0, /*descending=*/false));
@@ -58,23 +70,42 @@ void expect_same_and_close(const std::vector<torch::Tensor>& one,
   }
 }
 
-TEST(GoldenRoutedRows, WindowMeansMatchTheIndexAddExpressionForwardAndBackward) {
+TEST(GoldenRoutedRows, WindowSummariesMatchTheIndexExpressionsForwardAndBackward) {
   const auto c = make_case();
-  const auto windows = static_cast<int64_t>(c.starts.size());
+  const auto windows = static_cast<int64_t>(c.part.windows.size());
   torch::manual_seed(11);
-  const auto x = torch::randn({kRows, kWidth}) * 2, upstream = torch::randn({windows, kWidth});
+  const auto x = torch::randn({kRows, kWidth}) * 2, upstream = torch::randn({2 * windows, kWidth});
+  // Both summaries stacked, so one upstream gradient reaches each.
   auto fused = [&](const std::vector<torch::Tensor>& l) {
-    return window_means(l[0], c.starts, c.lengths, c.window_t, c.lengths_t);
+    const auto s = window_summaries(l[0], c.part);
+    return torch::cat({s.means, s.firsts});
+  };
+  auto means = [&](const torch::Tensor& rows) {
+    return torch::zeros({windows, kWidth}, rows.options()).index_add(0, c.window_t, rows) /
+           c.part.lengths_t.to(rows.scalar_type()).unsqueeze(1);
   };
   auto expression = [&](const std::vector<torch::Tensor>& l) {
-    return torch::zeros({windows, kWidth}, l[0].options()).index_add(0, c.window_t, l[0]) /
-           c.lengths_t.to(l[0].scalar_type()).unsqueeze(1);
+    return torch::cat({means(l[0]), l[0].index_select(0, c.part.first_token_t)});
   };
   const auto one = run({x}, torch::kFloat32, 1, upstream, fused);
   const auto two = run({x}, torch::kFloat32, 2, upstream, fused);
-  expect_same_and_close(one, two, run({x}, torch::kFloat64, 1, upstream, expression), "means");
-  // In fp32 the forward is the expression's arithmetic to the bit.
+  const auto ref = run({x}, torch::kFloat64, 1, upstream, expression);
+  expect_same_and_close(one, two, ref, "summaries");
+  // In fp32 the forward is the expressions' arithmetic to the bit.
   EXPECT_TRUE(torch::equal(one[0], run({x}, torch::kFloat32, 1, upstream, expression)[0]));
+  // float64 takes the expressions inside window_summaries: the same values.
+  expect_same_and_close(run({x}, torch::kFloat64, 1, upstream, fused),
+                        run({x}, torch::kFloat64, 2, upstream, fused), ref, "expressions");
+  // Only the means used (the first states' gradient undefined): the means' gradient alone.
+  auto means_only = [&](const std::vector<torch::Tensor>& l) {
+    return window_summaries(l[0], c.part).means;
+  };
+  const auto half = upstream.narrow(0, 0, windows);
+  expect_same_and_close(run({x}, torch::kFloat32, 1, half, means_only),
+                        run({x}, torch::kFloat32, 2, half, means_only),
+                        run({x}, torch::kFloat64, 1, half,
+                            [&](const std::vector<torch::Tensor>& l) { return means(l[0]); }),
+                        "means only");
 }
 
 // out = (x_p + a_p (y - x_p))[inverse], x_p = x[perm], a_p the gate of each grouped row's window.
@@ -87,7 +118,7 @@ torch::Tensor residual_in_expert_order(const torch::Tensor& x, const torch::Tens
 
 TEST(GoldenRoutedRows, PermutationAndResidualInTokenOrderMatchTheExpertOrderForm) {
   const auto c = make_case();
-  const auto windows = static_cast<int64_t>(c.starts.size());
+  const auto windows = static_cast<int64_t>(c.part.windows.size());
   torch::manual_seed(13);
   // y stands for the blocks' output: a function of the permuted x plus its own leaf, so x's
   // gradient flows through both the permutation and the residual as in a routed depth.

@@ -13,48 +13,77 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // Each window's rows summed in row order from zero, then divided by its length: the
-// arithmetic of the index_add expression, to the bit. Backward: every row of a window gets the
-// window's gradient divided by its length.
-struct WindowMeansFunction : torch::autograd::Function<WindowMeansFunction> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& rows,
-                               std::vector<int64_t> starts, std::vector<int64_t> lengths) {
+// arithmetic of the index_add expression, to the bit; and each window's document's first row,
+// gathered. Backward: every row of a window gets the window's mean gradient divided by its
+// length, then each document's first row adds the first-row gradients of its windows in
+// window order (no zero-filled (n, d) tensor, one gradient for the rows).
+struct WindowSummariesFunction : torch::autograd::Function<WindowSummariesFunction> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& rows,
+                               const torch::Tensor& lengths, const torch::Tensor& first_row) {
     profile_custom_function_forward();
-    const int64_t windows = static_cast<int64_t>(starts.size()), d = rows.size(1);
-    auto out = torch::empty({windows, d}, rows.options());
+    const int64_t windows = lengths.size(0), d = rows.size(1);
+    const std::vector<int64_t> starts = window_starts(lengths);
+    const int64_t* lp = lengths.data_ptr<int64_t>();
+    auto means = torch::empty({windows, d}, rows.options());
     const float* xp = rows.data_ptr<float>();
-    float* op = out.data_ptr<float>();
+    float* op = means.data_ptr<float>();
     at::parallel_for(0, windows, 1, [&](int64_t begin, int64_t end) {
       for (int64_t w = begin; w < end; ++w) {
         float* o = op + w * d;
         for (int64_t k = 0; k < d; ++k) o[k] = 0.0f;
-        for (int64_t r = starts[w]; r < starts[w] + lengths[w]; ++r)
+        for (int64_t r = starts[w]; r < starts[w] + lp[w]; ++r)
           for (int64_t k = 0; k < d; ++k) o[k] += xp[r * d + k];
-        const auto length = static_cast<float>(lengths[w]);
+        const auto length = static_cast<float>(lp[w]);
         for (int64_t k = 0; k < d; ++k) o[k] /= length;
       }
     });
     ctx->saved_data["rows"] = rows.size(0);
-    ctx->saved_data["starts"] = starts;
-    ctx->saved_data["lengths"] = lengths;
-    return out;
+    ctx->save_for_backward({lengths, first_row});
+    return {means, rows.index_select(0, first_row)};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto starts = ctx->saved_data["starts"].toIntVector();
-    const auto lengths = ctx->saved_data["lengths"].toIntVector();
-    const auto dy = grads[0].contiguous();
-    const int64_t d = dy.size(1);
-    auto dx = torch::empty({ctx->saved_data["rows"].toInt(), d}, dy.options());
-    const float* gp = dy.data_ptr<float>();
+    const auto saved = ctx->get_saved_variables();
+    const auto &lengths = saved[0], &first_row = saved[1];
+    const std::vector<int64_t> starts = window_starts(lengths);
+    const int64_t* lp = lengths.data_ptr<int64_t>();
+    const int64_t* fp = first_row.data_ptr<int64_t>();
+    const int64_t windows = lengths.size(0);
+    const auto dmeans = grads[0].defined() ? grads[0].contiguous() : torch::Tensor();
+    const auto dfirst = grads[1].defined() ? grads[1].contiguous() : torch::Tensor();
+    const int64_t d = (dmeans.defined() ? dmeans : dfirst).size(1);
+    const auto options = (dmeans.defined() ? dmeans : dfirst).options();
+    const int64_t n = ctx->saved_data["rows"].toInt();
+    auto dx = dmeans.defined() ? torch::empty({n, d}, options) : torch::zeros({n, d}, options);
     float* xp = dx.data_ptr<float>();
-    at::parallel_for(0, static_cast<int64_t>(starts.size()), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t w = begin; w < end; ++w) {
-        const auto length = static_cast<float>(lengths[w]);
-        for (int64_t r = starts[w]; r < starts[w] + lengths[w]; ++r)
-          for (int64_t k = 0; k < d; ++k) xp[r * d + k] = gp[w * d + k] / length;
-      }
-    });
+    if (dmeans.defined()) {
+      const float* gp = dmeans.data_ptr<float>();
+      at::parallel_for(0, windows, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t w = begin; w < end; ++w) {
+          const auto length = static_cast<float>(lp[w]);
+          for (int64_t r = starts[w]; r < starts[w] + lp[w]; ++r)
+            for (int64_t k = 0; k < d; ++k) xp[r * d + k] = gp[w * d + k] / length;
+        }
+      });
+    }
+    if (dfirst.defined()) {
+      const float* gp = dfirst.data_ptr<float>();
+      for (int64_t w = 0; w < windows; ++w)
+        for (int64_t k = 0; k < d; ++k) xp[fp[w] * d + k] += gp[w * d + k];
+    }
     return {dx, torch::Tensor(), torch::Tensor()};
+  }
+
+  // Windows tile the rows in order: each starts where the one before ends.
+  static std::vector<int64_t> window_starts(const torch::Tensor& lengths) {
+    std::vector<int64_t> starts(static_cast<size_t>(lengths.size(0)));
+    const int64_t* lp = lengths.data_ptr<int64_t>();
+    int64_t at = 0;
+    for (size_t w = 0; w < starts.size(); ++w) {
+      starts[w] = at;
+      at += lp[w];
+    }
+    return starts;
   }
 };
 
@@ -152,16 +181,18 @@ struct RoutedResidualFunction : torch::autograd::Function<RoutedResidualFunction
 
 }  // namespace
 
-torch::Tensor window_means(const torch::Tensor& rows, const std::vector<int64_t>& starts,
-                           const std::vector<int64_t>& lengths, const torch::Tensor& window_of_row,
-                           const torch::Tensor& lengths_t) {
-  LOL_CHECK(
-      rows.dim() == 2 && starts.size() == lengths.size() && window_of_row.numel() == rows.size(0),
-      "window_means: rows (n, d), a window per start and a window per row");
-  if (cpu_fp32_contiguous({&rows})) return WindowMeansFunction::apply(rows, starts, lengths);
-  const auto windows = static_cast<int64_t>(starts.size());
-  return torch::zeros({windows, rows.size(1)}, rows.options()).index_add(0, window_of_row, rows) /
-         lengths_t.to(rows.scalar_type()).unsqueeze(1);
+WindowSummaries window_summaries(const torch::Tensor& rows, const WindowPartition& part) {
+  LOL_CHECK(rows.dim() == 2 && part.token_window_t.numel() == rows.size(0),
+            "window_summaries: rows (n, d) and a window per row");
+  if (cpu_fp32_contiguous({&rows}) && part.lengths_t.is_cpu() && part.first_token_t.is_cpu()) {
+    const auto out = WindowSummariesFunction::apply(rows, part.lengths_t, part.first_token_t);
+    return {out[0], out[1]};
+  }
+  const int64_t windows = part.lengths_t.size(0);
+  return {torch::zeros({windows, rows.size(1)}, rows.options())
+                  .index_add(0, part.token_window_t, rows) /
+              part.lengths_t.to(rows.scalar_type()).unsqueeze(1),
+          rows.index_select(0, part.first_token_t)};
 }
 
 torch::Tensor permute_rows(const torch::Tensor& x, const torch::Tensor& perm,

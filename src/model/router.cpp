@@ -117,15 +117,10 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
                                  const ForcedPath* force) const {
   const int64_t d = states.size(1);
 
-  // mu_k: mean state of each window (router-only tokens included; there is no padding).
-  std::vector<int64_t> starts, lengths;
-  starts.reserve(part.windows.size());
-  lengths.reserve(part.windows.size());
-  for (const auto& w : part.windows) {
-    starts.push_back(w.start);
-    lengths.push_back(w.length);
-  }
-  auto mu = window_means(states, starts, lengths, part.token_window_t, part.lengths_t);
+  // mu_k: mean state of each window (router-only tokens included; there is no padding), and
+  // the state of each window's document's first token.
+  const auto summaries = window_summaries(states, part);
+  const auto& mu = summaries.means;
 
   // r_k = mean of mu_0..mu_{k-1} within the document: cumulative sums over a
   // (documents, max windows) grid, so no sum runs across documents.
@@ -137,8 +132,8 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
                   .view({num_docs * part.max_windows, d});
   auto prefix_mean = grid.index_select(0, part.slot_prev_t) /
                      part.ordinals_t.clamp_min(1).to(states.scalar_type()).unsqueeze(1);
-  auto inputs = window_inputs(states.index_select(0, part.first_token_t), prefix_mean,
-                              part.ordinals_t, depth_vectors[depth - 1]);  // (Nw, d)
+  auto inputs = window_inputs(summaries.firsts, prefix_mean, part.ordinals_t,
+                              depth_vectors[depth - 1]);  // (Nw, d)
 
   auto probs = probabilities(inputs, depth, add_noise);
   RouteDecisions out = select_experts(probs, balance_bias, depth, part.ordinals_t, force);
