@@ -231,12 +231,16 @@ torch::Tensor RouterImpl::probabilities(const torch::Tensor& inputs, int64_t dep
   auto router_matrix = weight[weight.size(0) == 1 ? 0 : depth - 1];  // (L, d)
   auto logits = torch::matmul(inputs, router_matrix.t());            // (n, L)
   // Noise comes from the CPU generator whatever the device (a few numbers per window), so a
-  // run's randomness is one generator that checkpoints save and restore.
-  if (add_noise && noise_std > 0)
-    logits =
-        logits +
-        torch::randn(logits.sizes(), torch::kFloat32).to(logits.device(), logits.scalar_type()) *
-            noise_std;
+  // run's randomness is one generator that checkpoints save and restore. To a GPU it goes from
+  // pinned memory without waiting for the stream (a pageable copy would synchronise the host
+  // with the device at every routed depth).
+  if (add_noise && noise_std > 0) {
+    auto noise = torch::randn(logits.sizes(), torch::kFloat32);
+    if (logits.device().is_cuda()) noise = noise.pin_memory();
+    logits = logits + noise.to(logits.device(), logits.scalar_type(),
+                               /*non_blocking=*/logits.device().is_cuda()) *
+                          noise_std;
+  }
   return torch::softmax(logits, -1);
 }
 
