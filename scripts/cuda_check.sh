@@ -66,6 +66,10 @@ cp "$run/metrics.jsonl" "$out/metrics.jsonl" 2>/dev/null
 # Benches on the GPU (not tests: figures for the notes).
 phase bench-model 120 "$lol" --device "$dev" bench --suite model --families dense,lol,moe --mode train,step,forward \
   --seq-len 512 --batch 32 --reps 5
+# The routed core's products on the GPU: tiled (no host read per depth, the default there)
+# against per-expert slices (the counts read on the host at every routed depth).
+LOL_EXPERT_PRODUCTS=sliced phase bench-lol-sliced 90 "$lol" --device "$dev" bench --suite model \
+  --families lol --mode train,step --seq-len 512 --batch 32 --reps 5
 phase bench-model-fp32 60 "$lol" --device "$dev" bench --suite model --families dense,lol --mode train \
   --seq-len 512 --batch 32 --reps 5 --precision fp32
 phase bench-decode 120 "$lol" --device "$dev" bench --suite decode --families lol,dense --contexts 128,4096 \

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "helpers.h"
+#include "model/expert_tiles.h"
 
 namespace lol {
 namespace {
@@ -112,19 +113,35 @@ void expect_gradients_match_reference(const Case& k, uint64_t seed) {
 
 class GoldenGradients : public ::testing::TestWithParam<Family> {};
 
-TEST_P(GoldenGradients, EveryParameterMatchesTheFloat64Reference) {
-  std::mt19937 rng(4242);
-  for (int trial = 0; trial < 5; ++trial) {
+// `trials` random configs of `family`: packed and unpacked rows, a forced path (lol) and an
+// executed depth below D.
+void expect_random_cases_match_reference(Family family, uint32_t seed, int trials) {
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < trials; ++trial) {
     Case k;
-    k.config = random_config(rng, GetParam());
+    k.config = random_config(rng, family);
     k.docs = testing::random_documents(rng, k.config, 3);
     k.pack = trial % 2 == 0;
-    if (GetParam() == Family::kLol && trial == 1) k.force = random_force(rng, k.config);
+    if (family == Family::kLol && trial == 1) k.force = random_force(rng, k.config);
     if (trial == 3 && k.config.core_depth > 1) k.depth = k.config.core_depth - 1;
     SCOPED_TRACE("trial " + std::to_string(trial) + (k.force ? " forced" : "") + " depth " +
                  std::to_string(k.depth) + " config " + k.config.to_json().dump());
     expect_gradients_match_reference(k, 500 + static_cast<uint64_t>(trial));
   }
+}
+
+TEST_P(GoldenGradients, EveryParameterMatchesTheFloat64Reference) {
+  expect_random_cases_match_reference(GetParam(), 4242, 5);
+}
+
+// The routed core on tiled expert products (model/expert_tiles.h: no host read of the routing,
+// the default off a CPU), in tiles of 2 rows so that experts span several tiles and pad.
+TEST(GoldenTiledGradients, EveryParameterMatchesTheFloat64Reference) {
+  struct Reset {
+    ~Reset() { set_expert_products(std::nullopt); }
+  } reset;
+  set_expert_products(ExpertProducts::kTiled, 2);
+  expect_random_cases_match_reference(Family::kLol, 4343, 5);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFamilies, GoldenGradients, ::testing::ValuesIn(testing::all_families()),

@@ -4,6 +4,7 @@
 
 #include "model/cpu_autograd.h"
 #include "model/cpu_fast.h"
+#include "model/expert_tiles.h"
 #include "model/packed_gemm.h"
 #include "model/sliced_linear.h"
 #include "util/autocast.h"
@@ -256,6 +257,11 @@ IdGroups count_groups(const int64_t* id, int64_t n, int64_t groups, torch::Devic
   return g;
 }
 
+// perm (n) int64 -> its inverse, on perm's device.
+torch::Tensor inverse_permutation(const torch::Tensor& perm) {
+  return torch::empty_like(perm).scatter_(0, perm, torch::arange(perm.size(0), perm.options()));
+}
+
 RowGroups with_slices(IdGroups ids, const std::vector<Block>& blocks) {
   RowGroups g;
   static_cast<IdGroups&>(g) = std::move(ids);
@@ -284,7 +290,7 @@ IdGroups group_ids(const torch::Tensor& ids, int64_t groups, RowGrouping how) {
   TORCH_CHECK(on_host.size(0) == groups, "group_ids: an id is outside 0..", groups - 1);
   std::copy_n(on_host.data_ptr<int64_t>(), groups, g.counts.begin());
   g.perm = std::get<1>(ids.sort(/*stable=*/true, 0, /*descending=*/false));
-  g.inverse = torch::empty_like(g.perm).scatter_(0, g.perm, torch::arange(n, g.perm.options()));
+  g.inverse = inverse_permutation(g.perm);
   g.identity =
       std::count_if(g.counts.begin(), g.counts.end(), [](int64_t c) { return c > 0; }) <= 1;
   return g;
@@ -293,6 +299,20 @@ IdGroups group_ids(const torch::Tensor& ids, int64_t groups, RowGrouping how) {
 RowGroups group_rows(const torch::Tensor& block_of_row, const std::vector<Block>& blocks,
                      RowGrouping how) {
   return with_slices(group_ids(block_of_row, static_cast<int64_t>(blocks.size()), how), blocks);
+}
+
+TiledRows group_rows_tiled(const torch::Tensor& block_of_row, const std::vector<Block>& blocks,
+                           int64_t tile) {
+  TORCH_CHECK(block_of_row.dim() == 1 && block_of_row.scalar_type() == torch::kInt64,
+              "group_rows_tiled: ids must be a 1-D int64 tensor");
+  TiledRows t;
+  auto sorted = block_of_row.sort(/*stable=*/true, 0, /*descending=*/false);
+  t.expert = std::get<0>(sorted);
+  t.perm = std::get<1>(sorted);
+  t.inverse = inverse_permutation(t.perm);
+  t.tiles = expert_tiles(t.expert, static_cast<int64_t>(blocks.size()), tile);
+  t.blocks = blocks;
+  return t;
 }
 
 RowGroups group_rows(const std::vector<int64_t>& block_of_row, const std::vector<Block>& blocks,
@@ -357,50 +377,45 @@ torch::Tensor project_slices(const torch::Tensor& x, const std::vector<BlockSlic
     parts.push_back(refs[i].projection->apply(rows[i], refs[i].parts));
   return cat_rows(parts);
 }
-}  // namespace
 
-torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
-                         const FilmRows* film, const AttendFn& attend_rows) {
-  const double eps = slices.front().block->attn_norm->eps;
-  const auto counts = slice_counts(slices, x.size(0));
-  // The sublayer inputs: all rows normalised once, then each slice's norm weight and FiLM.
+// One layer over rows whose blocks `rows` knows (slices, or tiles of a routed depth): the
+// attention sublayer with each row's norm weight, FiLM and projections, attention over all
+// rows between them; then the feed-forward, SwiGLU's gate over all rows at once between the
+// products (or, when `moe` is set, its feed-forward whole).
+struct LayerRows {
+  const BlockImpl* first;  // any of the blocks: eps and the q|k|v split are shared
+  // normalized rows -> the sublayer's input (norm weight, then FiLM when given).
+  std::function<torch::Tensor(const torch::Tensor&, bool attention)> sublayer_input;
+  std::function<torch::Tensor(const torch::Tensor&,
+                              const std::function<ProjectionRef(BlockImpl&)>&)>
+      project;
+  std::function<torch::Tensor(const torch::Tensor&)> moe;  // null: the SwiGLU products
+};
+
+torch::Tensor run_layer(const torch::Tensor& x, const LayerRows& rows,
+                        const AttendFn& attend_rows) {
+  const double eps = rows.first->attn_norm->eps;
   auto sublayer_inputs = [&](const torch::Tensor& h, bool attention) {
     ProfileScope scope("norm");
-    std::vector<torch::Tensor> weights;
-    for (const auto& s : slices)
-      weights.push_back(attention ? s.block->attn_norm->weight : s.block->ffn_norm->weight);
-    return BlockImpl::sublayer_input(
-        rms_normalize(h, eps), counts, weights,
-        film ? (attention ? &film->attn_gamma : &film->ffn_gamma) : nullptr,
-        film ? (attention ? &film->attn_beta : &film->ffn_beta) : nullptr);
+    return rows.sublayer_input(rms_normalize(h, eps), attention);
   };
-  // Attention sublayer: each slice's q|k|v, attention over all rows, each slice's output.
-  auto qkv = project_slices(sublayer_inputs(x, true), slices, counts, [](BlockImpl& b) {
+  auto qkv = rows.project(sublayer_inputs(x, true), [](BlockImpl& b) {
     return ProjectionRef{&b.qkv, b.qkv_weights()};
   });
   torch::Tensor attended;
   {
     ProfileScope scope("attend");
-    attended = attend_rows(slices.front().block->split_qkv(qkv));
+    attended = attend_rows(rows.first->split_qkv(qkv));
   }
-  auto a = x + project_slices(attended, slices, counts, [](BlockImpl& b) {
-             return ProjectionRef{&b.out_proj, {b.attn->o->weight}};
-           });
-  // Feed-forward sublayer, SwiGLU's gate over all rows at once between the slices' products.
+  auto a = x + rows.project(attended, [](BlockImpl& b) {
+    return ProjectionRef{&b.out_proj, {b.attn->o->weight}};
+  });
   auto inputs = sublayer_inputs(a, false);
-  bool any_moe = false;
-  for (auto& s : slices) any_moe = any_moe || s.block->moe;
-  if (any_moe) {
+  if (rows.moe) {
     ProfileScope scope("moe");
-    std::vector<torch::Tensor> parts;
-    for (size_t i = 0; i < slices.size(); ++i) {
-      auto& b = slices[i].block;
-      auto rows = inputs.narrow(0, slices[i].offset, slices[i].count);
-      parts.push_back(b->moe ? b->moe->forward(rows) : b->ffn->forward(rows));
-    }
-    return a + cat_rows(parts);
+    return a + rows.moe(inputs);
   }
-  auto gate_up = project_slices(inputs, slices, counts, [](BlockImpl& b) {
+  auto gate_up = rows.project(inputs, [](BlockImpl& b) {
     return ProjectionRef{&b.ffn->gate_up, {b.ffn->gate->weight, b.ffn->up->weight}};
   });
   torch::Tensor hidden_act;
@@ -408,9 +423,75 @@ torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
     ProfileScope scope("swiglu");
     hidden_act = swiglu(gate_up);
   }
-  return a + project_slices(hidden_act, slices, counts, [](BlockImpl& b) {
-           return ProjectionRef{&b.ffn->down_proj, {b.ffn->down->weight}};
-         });
+  return a + rows.project(hidden_act, [](BlockImpl& b) {
+    return ProjectionRef{&b.ffn->down_proj, {b.ffn->down->weight}};
+  });
+}
+
+const torch::Tensor* film_gamma(const FilmRows* film, bool attention) {
+  return film ? (attention ? &film->attn_gamma : &film->ffn_gamma) : nullptr;
+}
+const torch::Tensor* film_beta(const FilmRows* film, bool attention) {
+  return film ? (attention ? &film->attn_beta : &film->ffn_beta) : nullptr;
+}
+}  // namespace
+
+torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
+                         const FilmRows* film, const AttendFn& attend_rows) {
+  const auto counts = slice_counts(slices, x.size(0));
+  LayerRows rows;
+  rows.first = slices.front().block.get();
+  rows.sublayer_input = [&](const torch::Tensor& normalized, bool attention) {
+    std::vector<torch::Tensor> weights;
+    for (const auto& s : slices)
+      weights.push_back(attention ? s.block->attn_norm->weight : s.block->ffn_norm->weight);
+    return BlockImpl::sublayer_input(normalized, counts, weights, film_gamma(film, attention),
+                                     film_beta(film, attention));
+  };
+  rows.project = [&](const torch::Tensor& in, const std::function<ProjectionRef(BlockImpl&)>& of) {
+    return project_slices(in, slices, counts, of);
+  };
+  bool any_moe = false;
+  for (auto& s : slices) any_moe = any_moe || s.block->moe;
+  if (any_moe)
+    rows.moe = [&](const torch::Tensor& inputs) {
+      std::vector<torch::Tensor> parts;
+      for (auto& s : slices) {
+        auto part = inputs.narrow(0, s.offset, s.count);
+        parts.push_back(s.block->moe ? s.block->moe->forward(part) : s.block->ffn->forward(part));
+      }
+      return cat_rows(parts);
+    };
+  return run_layer(x, rows, attend_rows);
+}
+
+torch::Tensor run_tiled(const torch::Tensor& x, const TiledRows& tiled, const FilmRows* film,
+                        const AttendFn& attend_rows) {
+  LOL_CHECK(!tiled.blocks.empty() && tiled.expert.numel() == x.size(0),
+            "run_tiled: the library's blocks and an expert per row");
+  LayerRows rows;
+  rows.first = tiled.blocks.front().get();
+  // Each row's norm weight gathered by its expert (no slices: their sizes are not on the host).
+  rows.sublayer_input = [&](const torch::Tensor& normalized, bool attention) {
+    std::vector<torch::Tensor> weights;
+    for (const auto& b : tiled.blocks)
+      weights.push_back(attention ? b->attn_norm->weight : b->ffn_norm->weight);
+    auto out = normalized * torch::stack(weights).index_select(0, tiled.expert);
+    if (film) out = out * *film_gamma(film, attention) + *film_beta(film, attention);
+    return out;
+  };
+  rows.project = [&](const torch::Tensor& in, const std::function<ProjectionRef(BlockImpl&)>& of) {
+    ProfileScope scope("proj");
+    std::vector<torch::Tensor> weights;
+    for (const auto& b : tiled.blocks) {
+      auto parts = of(*b.ptr()).parts;
+      weights.push_back(parts.size() == 1 ? parts[0] : torch::cat(parts, 0));
+    }
+    return tiled_linear(in, tiled.tiles, torch::stack(weights));
+  };
+  for (const auto& b : tiled.blocks)
+    LOL_CHECK(!b->moe, "run_tiled: a block with a MoE feed-forward cannot take tiled products");
+  return run_layer(x, rows, attend_rows);
 }
 
 torch::Tensor run_blocks(const torch::Tensor& x, std::vector<BlockSlice> slices,
@@ -418,6 +499,13 @@ torch::Tensor run_blocks(const torch::Tensor& x, std::vector<BlockSlice> slices,
                          const torch::Tensor& perm, const torch::Tensor& inverse_perm) {
   return run_slices(x, slices, film, [&](const BlockImpl::QKV& qkv) {
     return attend(rotary.apply(qkv.q), rotary.apply(qkv.k), qkv.v, plan, perm, inverse_perm);
+  });
+}
+
+torch::Tensor run_blocks(const torch::Tensor& x, const TiledRows& tiled, const Rotary& rotary,
+                         const AttentionPlan& plan, const FilmRows* film) {
+  return run_tiled(x, tiled, film, [&](const BlockImpl::QKV& qkv) {
+    return attend(rotary.apply(qkv.q), rotary.apply(qkv.k), qkv.v, plan, tiled.perm, tiled.inverse);
   });
 }
 

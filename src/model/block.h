@@ -10,6 +10,7 @@
 
 #include "model/attention.h"
 #include "model/config.h"
+#include "model/expert_tiles.h"
 #include "model/param_role.h"
 
 namespace lol {
@@ -164,6 +165,18 @@ RowGroups group_rows(const torch::Tensor& block_of_row, const std::vector<Block>
 RowGroups group_rows(const std::vector<int64_t>& block_of_row, const std::vector<Block>& blocks,
                      torch::Device device);
 
+// A routed depth's rows grouped by expert on the device only (no host read, for the tiled
+// products of model/expert_tiles.h): perm and inverse as in IdGroups, each grouped row's
+// expert (ascending), the tiles, and the whole library in expert order.
+struct TiledRows {
+  torch::Tensor perm, inverse, expert;
+  ExpertTiles tiles;
+  std::vector<Block> blocks;
+};
+// ids (n) int64 on any device, each in 0..blocks.size()-1 (not checked: that would read them).
+TiledRows group_rows_tiled(const torch::Tensor& block_of_row, const std::vector<Block>& blocks,
+                           int64_t tile);
+
 // Attention between the projections and the rest of a layer: q (n, H, dh), k and v
 // (n, Hkv, dh) before rotary, in the rows' order -> (n, H * dh).
 using AttendFn = std::function<torch::Tensor(const BlockImpl::QKV&)>;
@@ -175,9 +188,17 @@ using AttendFn = std::function<torch::Tensor(const BlockImpl::QKV&)>;
 torch::Tensor run_slices(const torch::Tensor& x, std::vector<BlockSlice> slices,
                          const FilmRows* film, const AttendFn& attend_rows);
 
+// run_slices over rows in tiles: each row's norm weight and products those of its expert,
+// every product one tiled_linear over the library's stacked weights. No MoE blocks.
+torch::Tensor run_tiled(const torch::Tensor& x, const TiledRows& tiled, const FilmRows* film,
+                        const AttendFn& attend_rows);
+
 // run_slices with attention over a plan (training and prefill): perm / inverse_perm as in attend().
 torch::Tensor run_blocks(const torch::Tensor& x, std::vector<BlockSlice> slices,
                          const Rotary& rotary, const AttentionPlan& plan, const FilmRows* film,
                          const torch::Tensor& perm = {}, const torch::Tensor& inverse_perm = {});
+// run_tiled with attention over a plan, x in the tiled rows' order (perm).
+torch::Tensor run_blocks(const torch::Tensor& x, const TiledRows& tiled, const Rotary& rotary,
+                         const AttentionPlan& plan, const FilmRows* film);
 
 }  // namespace lol

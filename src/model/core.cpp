@@ -133,20 +133,30 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
       options.hook("router_probs", l, decision.probs);
     }
 
-    // Order tokens by expert (stable, so each expert's windows stay in flat order).
+    // Order tokens by expert (stable, so each expert's windows stay in flat order): with the
+    // rows per expert read on the host (slices), or on the device only (tiles).
     scope.emplace("permute");
-    const RowGroups groups =
-        group_rows(decision.experts.index_select(0, part.token_window_t), blocks());
+    const auto expert_of_token = decision.experts.index_select(0, part.token_window_t);
     FilmRows rows = film(p);
-    auto xp = groups.identity ? x : permute_rows(x, groups.perm, groups.inverse);
-    auto rotary_rows = rotary.select(groups.perm);
+    std::optional<TiledRows> tiled;
+    std::optional<RowGroups> groups;
+    if (expert_products(x.device()) == ExpertProducts::kTiled)
+      tiled =
+          group_rows_tiled(expert_of_token, blocks(), expert_tile(x.size(0), config_.library_size));
+    else
+      groups = group_rows(expert_of_token, blocks());
+    const auto& perm = tiled ? tiled->perm : groups->perm;
+    const auto& inverse = tiled ? tiled->inverse : groups->inverse;
+    const bool identity = groups && groups->identity;
+    auto xp = identity ? x : permute_rows(x, perm, inverse);
+    auto rotary_rows = rotary.select(perm);
     scope.reset();
-    auto yp =
-        run_blocks(xp, groups.slices, rotary_rows, part.plan, &rows, groups.perm, groups.inverse);
+    auto yp = tiled ? run_blocks(xp, *tiled, rotary_rows, part.plan, &rows)
+                    : run_blocks(xp, groups->slices, rotary_rows, part.plan, &rows, perm, inverse);
     // s = H + alpha * (E(H) - H) in token order, alpha per window broadcast to its tokens.
     scope.emplace("permute");
     x = routed_residual(x, yp, decision.gates, part.token_window_t,
-                        groups.identity ? torch::Tensor() : groups.inverse);
+                        identity ? torch::Tensor() : inverse);
     scope.reset();
     if (options.hook) options.hook("core_depth_out", l, x);
     if (routes) routes->push_back(std::move(decision));
