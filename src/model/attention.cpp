@@ -121,8 +121,15 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
     auto kb = shape(k, kv_heads);
     auto vb = shape(v, kv_heads);
     if (kv_heads != heads) {
-      kb = kb.repeat_interleave(heads / kv_heads, 1);
-      vb = vb.repeat_interleave(heads / kv_heads, 1);
+      // Each key/value head serves heads / kv_heads consecutive query heads: an expanded view
+      // copied once (repeat_interleave with a scalar reads a size back from a GPU in 1.13).
+      auto share = [&](const torch::Tensor& t) {
+        return t.unsqueeze(2)
+            .expand({b.segments, kv_heads, heads / kv_heads, b.capacity, head_dim})
+            .reshape({b.segments, heads, b.capacity, head_dim});
+      };
+      kb = share(kb);
+      vb = share(vb);
     }
 #if TORCH_VERSION_MAJOR >= 2
     auto out = at::scaled_dot_product_attention(qb, kb, vb, b.allowed);
