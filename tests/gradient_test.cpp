@@ -134,15 +134,21 @@ TEST_P(GoldenGradients, EveryParameterMatchesTheFloat64Reference) {
   expect_random_cases_match_reference(GetParam(), 4242, 5);
 }
 
-// The routed core on tiled expert products (model/expert_tiles.h: no host read of the routing,
-// the default off a CPU), in tiles of 2 rows so that experts span several tiles and pad.
-TEST(GoldenTiledGradients, EveryParameterMatchesTheFloat64Reference) {
+// The routed families on tiled expert products (model/expert_tiles.h: no host read of the
+// routing, the default off a CPU), in tiles of 2 rows so that experts span several tiles and
+// pad: lol's routed core and moe's token-routed feed-forward.
+class GoldenTiledGradients : public ::testing::TestWithParam<Family> {};
+
+TEST_P(GoldenTiledGradients, EveryParameterMatchesTheFloat64Reference) {
   struct Reset {
     ~Reset() { set_expert_products(std::nullopt); }
   } reset;
   set_expert_products(ExpertProducts::kTiled, 2);
-  expect_random_cases_match_reference(Family::kLol, 4343, 5);
+  expect_random_cases_match_reference(GetParam(), 4343, 5);
 }
+
+INSTANTIATE_TEST_SUITE_P(RoutedFamilies, GoldenTiledGradients,
+                         ::testing::Values(Family::kLol, Family::kMoe), testing::family_test_name);
 
 INSTANTIATE_TEST_SUITE_P(AllFamilies, GoldenGradients, ::testing::ValuesIn(testing::all_families()),
                          testing::family_test_name);

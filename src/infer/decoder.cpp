@@ -24,7 +24,7 @@ int64_t parameter_count(const torch::nn::Module& m) {
 int64_t block_bytes_read(Block block) {
   if (!block->moe) return parameter_bytes(*block);
   int64_t bytes = parameter_bytes(*block) - parameter_bytes(*block->moe->experts);
-  const auto& load = block->moe->last_load;
+  const auto load = block->moe->last_load_on_host();
   for (size_t e = 0; e < load.size(); ++e)
     if (load[e] > 0) bytes += parameter_bytes(*block->moe->experts[e]);
   return bytes;

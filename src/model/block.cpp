@@ -152,12 +152,32 @@ torch::Tensor MoeFeedForwardImpl::forward(const torch::Tensor& x) {
   auto probs = torch::softmax(router->forward(x), -1);                         // (n, E)
   auto choice = std::get<1>((probs.detach() + balance_bias).topk(top_k, -1));  // (n, k)
   auto gates = probs.gather(1, choice);                                        // (n, k)
+  auto flat_gates = gates.reshape({-1});
   // The (token, slot) pairs grouped by expert: slot i * k + j is token i's j-th choice.
+  if (expert_products(x.device()) == ExpertProducts::kTiled) {
+    // In expert order on the device, each expert's pairs in tiles (model/expert_tiles.h): the
+    // feed-forward's two products over the experts' stacked weights, nothing read on the host.
+    const auto sorted = choice.reshape({-1}).sort(/*stable=*/true, 0, /*descending=*/false);
+    const auto& expert = std::get<0>(sorted);
+    const auto& slot = std::get<1>(sorted);
+    const auto tokens = torch::div(slot, top_k, "floor");
+    const auto tiles = expert_tiles(expert, num_experts, expert_tile(expert.size(0), num_experts));
+    last_load = tiles.counts;
+    std::vector<torch::Tensor> gate_up, down;
+    for (int64_t e = 0; e < num_experts; ++e) {
+      auto f = experts[e]->as<FeedForward>();
+      gate_up.push_back(torch::cat({f->gate->weight, f->up->weight}, 0));
+      down.push_back(f->down->weight);
+    }
+    auto hidden = swiglu(tiled_linear(x.index_select(0, tokens), tiles, torch::stack(gate_up)));
+    auto y = tiled_linear(hidden, tiles, torch::stack(down)) *
+             flat_gates.index_select(0, slot).unsqueeze(1);
+    return torch::zeros_like(x).index_add(0, tokens, y.to(x.scalar_type()));
+  }
   const auto by_expert = group_ids(choice.reshape({-1}), num_experts);
   const auto tokens = torch::div(by_expert.perm, top_k, "floor");
-  last_load = by_expert.counts;
+  last_load = torch::tensor(by_expert.counts, torch::kInt64);
   auto out = torch::zeros_like(x);
-  auto flat_gates = gates.reshape({-1});
   int64_t offset = 0;
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t count = by_expert.counts[e];
@@ -170,6 +190,12 @@ torch::Tensor MoeFeedForwardImpl::forward(const torch::Tensor& x) {
                         (y * flat_gates.index_select(0, slot).unsqueeze(1)).to(out.scalar_type()));
   }
   return out;
+}
+
+std::vector<int64_t> MoeFeedForwardImpl::last_load_on_host() const {
+  if (!last_load.defined()) return {};
+  const auto host = last_load.to(torch::kCPU, torch::kInt64).contiguous();
+  return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());
 }
 
 BlockImpl::BlockImpl(const ModelConfig& c, bool use_moe) {

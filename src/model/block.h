@@ -97,7 +97,10 @@ struct MoeFeedForwardImpl : torch::nn::Module {
   torch::nn::Linear router{nullptr};  // (E, d)
   torch::Tensor balance_bias;         // (E) buffer, moved by the trainer, not by gradient
   int64_t top_k;
-  std::vector<int64_t> last_load;  // tokens per expert in the latest forward
+  // Tokens per expert in the latest forward, (E) int64 (undefined: none; on the model's device
+  // when the tiled products counted them there), and the same on the host (empty: none).
+  torch::Tensor last_load;
+  std::vector<int64_t> last_load_on_host() const;
   ParamRoles roles;
 };
 TORCH_MODULE(MoeFeedForward);

@@ -247,7 +247,8 @@ torch::Tensor StackCore::forward(const torch::Tensor& x_in, const Layout& layout
             "a forced path needs a core that routes windows (family lol); this is a ",
             enum_name(config_.family), " model");
   for (auto b : blocks())
-    if (b->moe) b->moe->last_load.clear();  // layers beyond the executed depth count nothing
+    if (b->moe)
+      b->moe->last_load = torch::Tensor();  // layers beyond the executed depth count nothing
   torch::Tensor x = x_in;
   const int64_t n = layout.num_tokens();
   for (const auto& layer : layers(executed_depth(options, config_.core_depth, false))) {
@@ -265,7 +266,7 @@ void StackCore::count_loads(const std::vector<RouteDecisions>& /*routes*/,
   const auto owned = blocks();
   loads.loads.resize(owned.size());
   for (size_t i = 0; i < owned.size(); ++i) {
-    const auto& last = owned[i]->moe->last_load;  // tokens per expert of the forward just run
+    const auto last = owned[i]->moe->last_load_on_host();  // tokens per expert, this forward
     loads.loads[i].resize(static_cast<size_t>(config_.moe_experts), 0.0);
     for (size_t e = 0; e < last.size(); ++e) loads.loads[i][e] += static_cast<double>(last[e]);
   }

@@ -15,10 +15,10 @@ ExpertTiles expert_tiles(const torch::Tensor& expert, int64_t experts, int64_t t
   const auto ids = torch::arange(experts + 1, expert.options());
   // Rows ascend by expert: expert e holds rows [bounds[e], bounds[e + 1]).
   const auto bounds = torch::searchsorted(expert, ids);
-  const auto counts = bounds.slice(0, 1) - bounds.slice(0, 0, experts);
-  const auto tiles_of = torch::div(counts + (tile - 1), tile, "floor");
-  const auto tile_end = tiles_of.cumsum(0), tile_begin = tile_end - tiles_of;
   ExpertTiles t;
+  t.counts = bounds.slice(0, 1) - bounds.slice(0, 0, experts);
+  const auto tiles_of = torch::div(t.counts + (tile - 1), tile, "floor");
+  const auto tile_end = tiles_of.cumsum(0), tile_begin = tile_end - tiles_of;
   t.tile = tile;
   t.tiles = (n + tile - 1) / tile + experts;
   t.position = tile_begin.index_select(0, expert) * tile + torch::arange(n, expert.options()) -

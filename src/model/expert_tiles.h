@@ -1,6 +1,7 @@
 #pragma once
-// A routed depth's products without reading the routing on the host. The rows arrive in
-// expert order (a stable sort by the expert each row's window chose); the host does not know
+// Expert products without reading the routing on the host: a routed depth's (lol) and a
+// token-routed feed-forward's (moe). The rows arrive in expert order (a stable sort by the
+// expert each row's window, or each token's choice, took); the host does not know
 // how many rows each expert has, so a product per expert (model/sliced_linear.h, which needs
 // the counts: one device-to-host read per routed depth, a synchronisation on a GPU) is not
 // possible. Instead every expert's rows are laid out in tiles of `tile` rows, each tile
@@ -9,8 +10,8 @@
 // by ceil(n / tile) + experts, so every shape is known on the host; the positions and each
 // tile's expert are computed on the device. Padding costs at most one tile per expert.
 //
-// Which products a routed depth uses: `sliced` (per expert, the counts read on the host) or
-// `tiled` (this file). LOL_EXPERT_PRODUCTS=sliced|tiled chooses; by default a CPU slices
+// Which products the routed families use: `sliced` (per expert, the counts read on the host)
+// or `tiled` (this file). LOL_EXPERT_PRODUCTS=sliced|tiled chooses; by default a CPU slices
 // (reading the counts there is free and the per-expert products are faster) and other devices
 // tile. Tests compare the two.
 #include <torch/torch.h>
@@ -23,6 +24,7 @@ namespace lol {
 struct ExpertTiles {
   torch::Tensor position;     // (n) int64: each row's place among tiles * tile padded rows
   torch::Tensor tile_expert;  // (tiles) int64: the expert whose weight each tile takes
+  torch::Tensor counts;       // (experts) int64: rows per expert
   int64_t tiles = 0, tile = 0;
 };
 
