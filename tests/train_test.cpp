@@ -554,6 +554,45 @@ TEST(Balancing, BiasMovesLoadTowardUniform) {
   EXPECT_EQ(balanced_families, 2);  // lol and moe
 }
 
+// A moe core reads every block's loads in one transfer: each block's row is that block's own
+// count of tokens per expert, and blocks past the executed depth count nothing.
+TEST(Balancing, MoeLoadsAreEachBlocksOwnCountsUpToTheExecutedDepth) {
+  auto c = train_model_config(Family::kMoe);
+  c.core_depth = 4;
+  c.moe_experts = 4;
+  c.moe_top_k = 2;
+  auto model = testing::make_model(c, 5);
+  StrategyTask source(1, 0);
+  Packer packer(source, 4, 64);
+  Layout layout(packer.next().batch, c.vocab_size, testing::device());
+  torch::NoGradGuard no_grad;
+  {
+    // Different biases per block, so the blocks' loads differ and a mix-up shows.
+    const auto biases = model->core().balance_biases();
+    for (size_t b = 0; b < biases.size(); ++b)
+      biases[b].copy_(torch::arange(4, torch::kFloat32).roll(static_cast<int64_t>(b)) * 0.3);
+  }
+  ForwardOptions options;
+  options.executed_depth = 3;
+  BalanceLoads loads;
+  for (int pass = 0; pass < 2; ++pass)  // loads add up over micro-batches
+    model->core().count_loads(model->forward(layout, options).routes, loads);
+  const auto blocks = model->core().blocks();
+  ASSERT_EQ(loads.loads.size(), blocks.size());
+  const double tokens = static_cast<double>(layout.num_tokens());
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    ASSERT_EQ(loads.loads[b].size(), 4u);
+    const auto own = blocks[b]->moe->last_load_on_host();
+    double total = 0;
+    for (int e = 0; e < 4; ++e) {
+      const double expected = b < 3 ? 2.0 * static_cast<double>(own.at(e)) : 0.0;
+      EXPECT_EQ(loads.loads[b][e], expected) << "block " << b << " expert " << e;
+      total += loads.loads[b][e];
+    }
+    EXPECT_EQ(total, b < 3 ? 2 * 2 * tokens : 0.0) << "block " << b;
+  }
+}
+
 TEST(Training, GrowingChangesTheExecutedDepthOnSchedule) {
   auto c = train_model_config(Family::kLol);
   c.core_depth = 4;

@@ -157,11 +157,11 @@ torch::Tensor MoeFeedForwardImpl::forward(const torch::Tensor& x) {
   if (expert_products(x.device()) == ExpertProducts::kTiled) {
     // In expert order on the device, each expert's pairs in tiles (model/expert_tiles.h): the
     // feed-forward's two products over the experts' stacked weights, nothing read on the host.
-    const auto sorted = choice.reshape({-1}).sort(/*stable=*/true, 0, /*descending=*/false);
-    const auto& expert = std::get<0>(sorted);
-    const auto& slot = std::get<1>(sorted);
+    const auto flat = choice.reshape({-1});
+    const auto sorted = sort_into_tiles(flat, num_experts, expert_tile(flat.size(0), num_experts));
+    const auto& slot = sorted.perm;
+    const auto& tiles = sorted.tiles;
     const auto tokens = torch::div(slot, top_k, "floor");
-    const auto tiles = expert_tiles(expert, num_experts, expert_tile(expert.size(0), num_experts));
     last_load = tiles.counts;
     std::vector<torch::Tensor> gate_up, down;
     for (int64_t e = 0; e < num_experts; ++e) {
@@ -329,14 +329,10 @@ RowGroups group_rows(const torch::Tensor& block_of_row, const std::vector<Block>
 
 TiledRows group_rows_tiled(const torch::Tensor& block_of_row, const std::vector<Block>& blocks,
                            int64_t tile) {
-  TORCH_CHECK(block_of_row.dim() == 1 && block_of_row.scalar_type() == torch::kInt64,
-              "group_rows_tiled: ids must be a 1-D int64 tensor");
   TiledRows t;
-  auto sorted = block_of_row.sort(/*stable=*/true, 0, /*descending=*/false);
-  t.expert = std::get<0>(sorted);
-  t.perm = std::get<1>(sorted);
+  static_cast<SortedTiles&>(t) =
+      sort_into_tiles(block_of_row, static_cast<int64_t>(blocks.size()), tile);
   t.inverse = inverse_permutation(t.perm);
-  t.tiles = expert_tiles(t.expert, static_cast<int64_t>(blocks.size()), tile);
   t.blocks = blocks;
   return t;
 }

@@ -171,9 +171,8 @@ RowGroups group_rows(const std::vector<int64_t>& block_of_row, const std::vector
 // A routed depth's rows grouped by expert on the device only (no host read, for the tiled
 // products of model/expert_tiles.h): perm and inverse as in IdGroups, each grouped row's
 // expert (ascending), the tiles, and the whole library in expert order.
-struct TiledRows {
-  torch::Tensor perm, inverse, expert;
-  ExpertTiles tiles;
+struct TiledRows : SortedTiles {
+  torch::Tensor inverse;
   std::vector<Block> blocks;
 };
 // ids (n) int64 on any device, each in 0..blocks.size()-1 (not checked: that would read them).

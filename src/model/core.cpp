@@ -265,11 +265,21 @@ void StackCore::count_loads(const std::vector<RouteDecisions>& /*routes*/,
   if (biased.empty()) return;
   const auto owned = blocks();
   loads.loads.resize(owned.size());
+  // Tokens per expert in each executed block's last forward (blocks past the executed depth
+  // hold none), read in one transfer: on a GPU the tiled products leave the loads there.
+  std::vector<size_t> counted;
+  std::vector<torch::Tensor> last;
   for (size_t i = 0; i < owned.size(); ++i) {
-    const auto last = owned[i]->moe->last_load_on_host();  // tokens per expert, this forward
     loads.loads[i].resize(static_cast<size_t>(config_.moe_experts), 0.0);
-    for (size_t e = 0; e < last.size(); ++e) loads.loads[i][e] += static_cast<double>(last[e]);
+    if (!owned[i]->moe->last_load.defined()) continue;
+    counted.push_back(i);
+    last.push_back(owned[i]->moe->last_load);
   }
+  if (last.empty()) return;
+  const auto host = torch::stack(last).to(torch::kCPU, torch::kFloat64).contiguous();
+  const double* p = host.data_ptr<double>();
+  for (const size_t i : counted)
+    for (auto& l : loads.loads[i]) l += *p++;
 }
 
 std::vector<torch::Tensor> StackCore::balance_biases() const {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <tuple>
 
 #include "util/error.h"
 
@@ -29,6 +30,15 @@ ExpertTiles expert_tiles(const torch::Tensor& expert, int64_t experts, int64_t t
                                       /*out_int32=*/false, /*right=*/true)
                       .clamp_max(experts - 1);
   return t;
+}
+
+SortedTiles sort_into_tiles(const torch::Tensor& ids, int64_t experts, int64_t tile) {
+  LOL_CHECK(ids.dim() == 1 && ids.scalar_type() == torch::kInt64,
+            "sort_into_tiles: ids must be a 1-D int64 tensor");
+  SortedTiles s;
+  std::tie(s.expert, s.perm) = ids.sort(/*stable=*/true, 0, /*descending=*/false);
+  s.tiles = expert_tiles(s.expert, experts, tile);
+  return s;
 }
 
 torch::Tensor tiled_linear(const torch::Tensor& x, const ExpertTiles& tiles,

@@ -31,6 +31,14 @@ struct ExpertTiles {
 // expert (n) int64, ascending, each in 0..experts-1, on any device.
 ExpertTiles expert_tiles(const torch::Tensor& expert, int64_t experts, int64_t tile);
 
+// ids (n) int64 in any order, each in 0..experts-1: a stable sort on the device (perm: the
+// rows in expert order; expert: their experts, ascending), then laid out in tiles.
+struct SortedTiles {
+  torch::Tensor perm, expert;
+  ExpertTiles tiles;
+};
+SortedTiles sort_into_tiles(const torch::Tensor& ids, int64_t experts, int64_t tile);
+
 // y[r] = x[r] weight[expert of r]^T for x (n, in) in expert order and weight (experts, out,
 // in); differentiable in x and weight (LibTorch expressions: a copy into the tiles, one bmm,
 // a gather back).
