@@ -7,9 +7,9 @@
 #
 # LOL_CHECK_DEVICE (default cuda) names the device; cpu rehearses the script anywhere.
 # LOL_DEPS_PREFIX adds prefixes to CMAKE_PREFIX_PATH for machines without the Debian -dev
-# packages (nlohmann-json, CLI11, GoogleTest): copy those packages' files under one folder with
-# their /usr layout and point LOL_DEPS_PREFIX at its usr/. Every phase has a time limit, so a
-# hang in one still leaves the logs of the others.
+# packages (nlohmann-json, CLI11, GoogleTest, PCRE2, utf8proc): copy those packages' files under
+# one folder with their /usr layout and point LOL_DEPS_PREFIX at its usr/. Every phase has a
+# time limit, so a hang in one still leaves the logs of the others.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-runs/cuda-check}")

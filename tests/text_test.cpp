@@ -1,11 +1,13 @@
-// Text: the pre-tokenizer split, UTF-8 checks, byte-level BPE (training, the merge loop
-// against a slow textbook BPE, exact round trips, tokenizer.json save/load and its errors).
+// Text: the pre-tokenizer split, UTF-8 checks, Unicode normal forms, byte-level BPE (training,
+// the merge loop against a slow textbook BPE, exact round trips, normalizers and added tokens,
+// tokenizer.json save/load and its errors).
 #include <gtest/gtest.h>
 
 #include <map>
 #include <random>
 
 #include "text/bpe.h"
+#include "text/normalizer.h"
 #include "text/regex_split.h"
 #include "text/utf8.h"
 #include "util/error.h"
@@ -248,6 +250,134 @@ TEST(Bpe, Gpt2StyleTokenizerJsonLoads) {
   EXPECT_EQ(BpeTokenizer::from_json(pairs, "pairs")->encode("the fox"), ids);
 }
 
+// The examples of Unicode's UAX #15 (figures 3-6 and its table of the four forms), a
+// canonical reordering, Hangul, and ASCII and NUL passing through.
+TEST(Normalizer, UnicodeNormalFormsOfTheStandardsExamples) {
+  const auto nfc = NormalForm::kNfc, nfd = NormalForm::kNfd, nfkc = NormalForm::kNfkc,
+             nfkd = NormalForm::kNfkd;
+  EXPECT_EQ(normalize("e\u0301", nfc), "\u00e9");
+  EXPECT_EQ(normalize("\u00e9", nfd), "e\u0301");
+  EXPECT_EQ(normalize("\u212b", nfc), "\u00c5");  // singleton: ANGSTROM SIGN
+  EXPECT_EQ(normalize("\u2126", nfd), "\u03a9");  // OHM SIGN
+  // Marks reordered by combining class (dot below, 220, before circumflex, 230), then composed.
+  EXPECT_EQ(normalize("a\u0302\u0323", nfc), "\u1ead");
+  EXPECT_EQ(normalize("\u1ead", nfd), "a\u0323\u0302");
+  EXPECT_EQ(normalize("\u1100\u1161\u11a8", nfc), "\uac01");  // Hangul L V T
+  EXPECT_EQ(normalize("\uac01", nfd), "\u1100\u1161\u11a8");
+  // Compatibility forms change only under NFKC / NFKD.
+  EXPECT_EQ(normalize("\ufb01", nfc), "\ufb01");
+  EXPECT_EQ(normalize("\ufb01", nfkc), "fi");
+  EXPECT_EQ(normalize("\u2460\uff21", nfkc), "1A");
+  // UAX #15's table: U+1E9B U+0323 in each form.
+  EXPECT_EQ(normalize("\u1e9b\u0323", nfc), "\u1e9b\u0323");
+  EXPECT_EQ(normalize("\u1e9b\u0323", nfd), "\u017f\u0323\u0307");
+  EXPECT_EQ(normalize("\u1e9b\u0323", nfkc), "\u1e69");
+  EXPECT_EQ(normalize("\u1e9b\u0323", nfkd), "s\u0323\u0307");
+  const std::string with_nul("a\0e\u0301", 5);
+  EXPECT_EQ(normalize(with_nul, nfc), std::string("a\0\u00e9", 4));
+  EXPECT_EQ(normalize("plain ascii\n", nfkd), "plain ascii\n");
+}
+
+TEST(Normalizer, TokenizerJsonFormsAndSequencesRoundTrip) {
+  EXPECT_TRUE(Normalizer::from_json(nullptr, "n").identity());
+  EXPECT_TRUE(Normalizer::from_json(nullptr, "n").to_json().is_null());
+  const auto nfc = Normalizer::from_json({{"type", "NFC"}}, "n");
+  ASSERT_EQ(nfc.forms(), std::vector<NormalForm>{NormalForm::kNfc});
+  EXPECT_EQ(nfc.to_json(), json({{"type", "NFC"}}));
+  const json seq = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFKD"}}, {{"type", "NFC"}}}}};
+  const auto both = Normalizer::from_json(seq, "n");
+  EXPECT_EQ(both.to_json(), seq);
+  // In order: compatibility decomposition, then canonical composition.
+  EXPECT_EQ(both.apply("\ufb01\u1e9b\u0323"), "fi\u1e69");
+}
+
+std::unique_ptr<BpeTokenizer> with_normalizer(json j, const json& normalizer) {
+  j["normalizer"] = normalizer;
+  return BpeTokenizer::from_json(j, "nfc");
+}
+
+TEST(Bpe, NfcTokenizerEncodesCanonicallyEquivalentTextAlike) {
+  const auto plain = small_bpe();
+  const auto t = with_normalizer(plain->to_json(), {{"type", "NFC"}});
+  const std::string composed = "Caf\u00e9 \u00fcber \u1ead \uac01",
+                    decomposed = "Cafe\u0301 u\u0308ber a\u0302\u0323 \u1100\u1161\u11a8";
+  EXPECT_NE(plain->encode(composed), plain->encode(decomposed));
+  EXPECT_EQ(t->encode(decomposed), plain->encode(composed));
+  EXPECT_EQ(t->decode(t->encode(decomposed)), composed);
+  // The special token is matched in the text as given; the text around it is normalized.
+  auto expected = plain->encode("\u00e9");
+  const auto e_acute = expected;
+  expected.push_back(*t->eos());
+  expected.insert(expected.end(), e_acute.begin(), e_acute.end());
+  EXPECT_EQ(t->encode("e\u0301<|endoftext|>e\u0301"), expected);
+  // Saved and loaded, it keeps its normalizer.
+  const auto again = BpeTokenizer::from_json(json::parse(t->to_json().dump()), "again");
+  EXPECT_EQ(again->to_json(), t->to_json());
+  EXPECT_EQ(again->encode(decomposed), plain->encode(composed));
+}
+
+TEST(Bpe, Qwen2StyleTokenizerJsonLoads) {
+  // Qwen2's layout: an NFC normalizer, a Split on its own pattern (single digits, (?i:) for
+  // contractions, a lookahead) before a ByteLevel without its regex, a ByteLevel
+  // post-processor (offsets only), chat markers as special added tokens.
+  auto j = small_bpe()->to_json();
+  j["normalizer"] = {{"type", "NFC"}};
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {{{"type", "Split"},
+                           {"pattern",
+                            {{"Regex",
+                              "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+                              "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
+                           {"behavior", "Isolated"},
+                           {"invert", false}},
+                          {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", false},
+                           {"use_regex", false}}}}};
+  j["post_processor"] = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}};
+  const int64_t start = static_cast<int64_t>(j["model"]["vocab"].size() + j["added_tokens"].size());
+  for (const auto& [content, id] :
+       {std::pair<std::string, int64_t>{"<|im_start|>", start}, {"<|im_end|>", start + 1}})
+    j["added_tokens"].push_back(
+        {{"id", id}, {"content", content}, {"special", true}, {"normalized", false}});
+  const auto t = BpeTokenizer::from_json(j, "qwen2-style");
+  const auto ids = t->encode("<|im_start|>Cafe\u0301 42<|im_end|>");
+  ASSERT_GE(ids.size(), 5u);
+  EXPECT_EQ(ids.front(), start);
+  EXPECT_EQ(ids.back(), start + 1);
+  // Digits are pieces of their own, so "42" stays two byte tokens after " " (its own piece).
+  EXPECT_EQ(std::vector<int64_t>(ids.end() - 3, ids.end() - 1), (std::vector<int64_t>{'4', '2'}));
+  EXPECT_EQ(t->decode(ids), "<|im_start|>Caf\u00e9 42<|im_end|>");
+}
+
+// HF's order: added tokens with normalized = false split the text as given; those with
+// normalized = true are matched in the normalized pieces.
+TEST(Bpe, AddedTokensMatchTheGivenOrTheNormalizedTextByTheirFlag) {
+  auto j = small_bpe()->to_json();
+  const int64_t id = static_cast<int64_t>(j["model"]["vocab"].size() + j["added_tokens"].size());
+  auto add = [&](const std::string& content, bool normalized) {
+    auto k = j;
+    k["added_tokens"].push_back(
+        {{"id", id}, {"content", content}, {"special", false}, {"normalized", normalized}});
+    return with_normalizer(k, {{"type", "NFC"}});
+  };
+  const std::string text = "xA\u030ay";  // NFC: "x\u00c5y"
+  const auto none = add("zzz", true)->encode(text);
+  // Composed A-ring, matched after normalization.
+  EXPECT_EQ(add("\u00c5", true)->encode(text), (std::vector<int64_t>{'x', id, 'y'}));
+  EXPECT_EQ(add("\u00c5", false)->encode(text), none);  // the raw text has no U+00C5
+  // Decomposed A + ring, matched before normalization; never after it.
+  EXPECT_EQ(add("A\u030a", false)->encode(text), (std::vector<int64_t>{'x', id, 'y'}));
+  EXPECT_EQ(add("A\u030a", true)->encode(text), none);
+  // Without the flag, a non-special added token matches the normalized text (HF's default).
+  auto k = j;
+  k["added_tokens"].push_back({{"id", id}, {"content", "\u00c5"}, {"special", false}});
+  EXPECT_EQ(with_normalizer(k, {{"type", "NFC"}})->encode(text),
+            (std::vector<int64_t>{'x', id, 'y'}));
+}
+
 TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   const auto good = small_bpe()->to_json();
   auto expect_error = [&](json j, const std::string& needle) {
@@ -262,8 +392,15 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   j["model"]["type"] = "Unigram";
   expect_error(j, "model type \"Unigram\"");
   j = good;
-  j["normalizer"] = {{"type", "NFC"}};
-  expect_error(j, "normalizer \"NFC\"");
+  j["normalizer"] = {{"type", "Lowercase"}};
+  expect_error(j, "t.json: normalizer: normalizer type \"Lowercase\" is not supported");
+  j = good;
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers", {{{"type", "NFC"}}, {{"type", "Precompiled"}}}}};
+  expect_error(j, "normalizer.normalizers[1]: normalizer type \"Precompiled\"");
+  j = good;
+  j["normalizer"] = {{"type", "Sequence"}};
+  expect_error(j, "normalizers must be a list");
   j = good;
   j["model"]["merges"].push_back("zz qq");
   expect_error(j, "model.merges[");

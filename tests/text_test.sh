@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Text end to end (docs/text.md): our byte-level BPE against Hugging Face's own tokenizers on
-# the fixture texts (our tokenizer.json and the GPT-2 and Llama-3 layouts of it), corpus builds
+# the fixture texts (our tokenizer.json and the GPT-2, Llama-3 and Qwen2 layouts of it, and
+# Unicode normalizers), corpus builds
 # that are byte-identical when rerun, and a text model trained on corpus:DIR, evaluated per
 # label and prompted with text.
 # usage: text_test.sh LOL_BINARY
@@ -15,11 +16,18 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "text_test: FAIL: $*" >&2; exit 1; }
 text="$root/tests/data/text"
 
-# 1. Encodings agree with the reference, for every fixture document and three layouts.
+# 1. Encodings agree with the reference, for every fixture document and five layouts. The
+#    fixtures are in NFC; one more document holds text that the normalizers change: combining
+#    marks out of canonical order, Hangul jamo, ligatures, full-width and circled forms, a chat
+#    marker next to a combining mark.
 "$lol" tokenizer train --input "$text" --vocab-size 600 --min-frequency 1 --out "$work/tk.json" 2>/dev/null
 node "$node_dir/tokenizer_reference.mjs" variants "$work/tk.json" "$work"
-for v in tk gpt2 llama3; do
-  "$lol" tokenizer encode --tokenizer "$work/$v.json" --input "$text" > "$work/$v.jsonl"
+mkdir -p "$work/text/forms"
+cp -r "$text"/. "$work/text/"
+printf 'Cafe\xcc\x81 a\xcc\x82\xcc\xa3 \xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8 \xef\xac\x81le \xef\xbc\xa1\xe2\x91\xa0 \xe2\x84\xab\n<|im_start|>\xcc\x81 <|im_end|>e\xcc\x81<|endoftext|>\xe1\xba\x9b\xcc\xa3\n' \
+  > "$work/text/forms/a.txt"
+for v in tk gpt2 llama3 qwen2 nfkd; do
+  "$lol" tokenizer encode --tokenizer "$work/$v.json" --input "$work/text" > "$work/$v.jsonl"
   node "$node_dir/tokenizer_reference.mjs" compare "$work/$v.json" "$work/$v.jsonl"
 done
 ids=$("$lol" tokenizer encode --tokenizer "$work/tk.json" --text "Grüße, мир! 東京")

@@ -178,7 +178,8 @@ BpeTokenizer::BpeTokenizer(Model model, std::string name)
   std::stable_sort(model_.added.begin(), model_.added.end(), [](const auto& x, const auto& y) {
     return x.content.size() > y.content.size();
   });
-  for (const auto& t : model_.added) added_first_.set(static_cast<unsigned char>(t.content[0]));
+  for (const auto& t : model_.added)
+    added_first_[t.normalized].set(static_cast<unsigned char>(t.content[0]));
   for (const auto& p : model_.patterns) splitters_.push_back(std::make_unique<RegexSplitter>(p));
   eos_ = named_token(model_.added, {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"});
   bos_ = named_token(model_.added, {"<|begin_of_text|>", "<|startoftext|>", "<s>", "<bos>"});
@@ -291,17 +292,16 @@ void BpeTokenizer::encode_plain(std::string_view text, std::vector<int64_t>* ids
   }
 }
 
-std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
-  LOL_CHECK(valid_utf8(text), "text is not valid UTF-8 (", name_, " encodes UTF-8 text)");
-  std::vector<int64_t> ids;
-  ids.reserve(text.size() / 3 + 1);
-  size_t plain = 0;  // start of the text not yet encoded
-  if (!model_.added.empty()) {
+void BpeTokenizer::split_added(std::string_view text, bool normalized, std::vector<int64_t>* ids,
+                               const std::function<void(std::string_view)>& plain) const {
+  const auto& first = added_first_[normalized];
+  size_t done = 0;  // start of the text not yet handed on
+  if (first.any()) {
     for (size_t at = 0; at < text.size();) {
       const AddedToken* hit = nullptr;
-      if (added_first_[static_cast<unsigned char>(text[at])])
-        for (const auto& t : model_.added)
-          if (text.compare(at, t.content.size(), t.content) == 0) {
+      if (first[static_cast<unsigned char>(text[at])])
+        for (const auto& t : model_.added)  // longest first
+          if (t.normalized == normalized && text.compare(at, t.content.size(), t.content) == 0) {
             hit = &t;
             break;
           }
@@ -309,12 +309,28 @@ std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
         ++at;
         continue;
       }
-      encode_plain(std::string_view(text).substr(plain, at - plain), &ids);
-      ids.push_back(hit->id);
-      plain = at = at + hit->content.size();
+      plain(text.substr(done, at - done));
+      ids->push_back(hit->id);
+      done = at = at + hit->content.size();
     }
   }
-  encode_plain(std::string_view(text).substr(plain), &ids);
+  plain(text.substr(done));
+}
+
+std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
+  LOL_CHECK(valid_utf8(text), "text is not valid UTF-8 (", name_, " encodes UTF-8 text)");
+  std::vector<int64_t> ids;
+  ids.reserve(text.size() / 3 + 1);
+  // As the HF tokenizers do: added tokens that match the text as given split it first; each
+  // piece between them is normalized, split by the added tokens that match normalized text,
+  // and the rest pre-tokenized and merged.
+  const auto merged = [&](std::string_view piece) { encode_plain(piece, &ids); };
+  split_added(text, /*normalized=*/false, &ids, [&](std::string_view piece) {
+    if (piece.empty()) return;
+    if (model_.normalizer.identity()) return split_added(piece, true, &ids, merged);
+    const auto normal = model_.normalizer.apply(piece);
+    split_added(normal, true, &ids, merged);
+  });
   return ids;
 }
 
@@ -348,7 +364,7 @@ json BpeTokenizer::to_json() const {
                      {"single_word", false},
                      {"lstrip", false},
                      {"rstrip", false},
-                     {"normalized", false},
+                     {"normalized", t.normalized},
                      {"special", t.special}});
   json pre = json::array();
   for (const auto& p : model_.patterns)
@@ -364,7 +380,7 @@ json BpeTokenizer::to_json() const {
               {"truncation", nullptr},
               {"padding", nullptr},
               {"added_tokens", added},
-              {"normalizer", nullptr},
+              {"normalizer", model_.normalizer.to_json()},
               {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", pre}}},
               {"post_processor", nullptr},
               {"decoder",
@@ -412,9 +428,8 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const json& j, const std::
   LOL_CHECK(!flag(model, "byte_fallback"), name,
             ": model.byte_fallback is for sentencepiece-style BPE, which is not supported");
   m.ignore_merges = flag(model, "ignore_merges");
-  if (j.contains("normalizer") && !j["normalizer"].is_null())
-    fail(name, ": normalizer \"", j["normalizer"].value("type", std::string("?")),
-         "\" is not supported (only none)");
+  if (j.contains("normalizer"))
+    m.normalizer = Normalizer::from_json(j["normalizer"], name + ": normalizer");
 
   bool byte_level_seen = false;
   if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null())
@@ -482,7 +497,10 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const json& j, const std::
         LOL_CHECK(!flag(t, unsupported), where, ": ", unsupported, " is not supported");
       const auto i_id = id.get<int64_t>();
       if (i_id >= static_cast<int64_t>(m.tokens.size())) m.tokens.resize(i_id + 1);
-      m.added.push_back({i_id, content.get<std::string>(), flag(t, "special")});
+      // HF's default: special tokens match the text as given, others the normalized text.
+      const bool special = flag(t, "special");
+      m.added.push_back(
+          {i_id, content.get<std::string>(), special, flag(t, "normalized", !special)});
       // An added token that is also in the vocabulary keeps its bytes there.
     }
   }

@@ -1,10 +1,11 @@
 #pragma once
 // Byte-level BPE (docs/text.md): GPT-2's scheme, where the 256 byte values are the base tokens,
 // so every UTF-8 text (indeed every byte string) encodes and decodes exactly, with no unknown
-// token. Text is split into pre-tokens by a regular expression, each pre-token's bytes are
-// merged by the ranked merge list, and added tokens (<|endoftext|>) are matched before all
-// that. Stored as a Hugging Face tokenizer.json, so tokenizers trained here load in the HF
-// libraries and byte-level BPE tokenizers from there (GPT-2, Llama-3 style) load here.
+// token. Added tokens (<|endoftext|>) are matched first, then the text between them is
+// normalized (a tokenizer.json's Unicode normal form, if any) and split into pre-tokens by
+// regular expressions, and each pre-token's bytes are merged by the ranked merge list. Stored as a
+// Hugging Face tokenizer.json, so tokenizers trained here load in the HF libraries and byte-level
+// BPE tokenizers from there (GPT-2, Llama-3 style) load here.
 #include <bitset>
 #include <cstdint>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "text/normalizer.h"
 #include "text/regex_split.h"
 #include "text/tokenizer.h"
 #include "util/json.h"
@@ -25,6 +27,9 @@ class BpeTokenizer : public Tokenizer {
     int64_t id;
     std::string content;
     bool special;
+    // Matched in the normalized text (HF's `normalized`); otherwise in the text as given,
+    // before normalization.
+    bool normalized = false;
   };
   // The pieces of the model, in bytes; `merges[r]` is the pair of ids merged at rank r (lower
   // ranks first).
@@ -32,6 +37,7 @@ class BpeTokenizer : public Tokenizer {
     std::vector<std::string> tokens;  // by id; empty for an id that only an added token uses
     std::vector<std::pair<int32_t, int32_t>> merges;
     std::vector<AddedToken> added;
+    Normalizer normalizer;
     std::vector<std::string> patterns;  // Split pre-tokenizers, applied in order
     bool add_prefix_space = false;
     bool ignore_merges = false;  // a pre-token that is a whole token is not merged (Llama-3)
@@ -39,7 +45,7 @@ class BpeTokenizer : public Tokenizer {
 
   BpeTokenizer(Model model, std::string name);
   // A tokenizer.json (HF format). Everything this implementation does not do (other models,
-  // normalizers, pre-tokenizers) is one error naming the field.
+  // normalizers other than Unicode normal forms, pre-tokenizers) is one error naming the field.
   static std::unique_ptr<BpeTokenizer> load(const std::string& path);
   static std::unique_ptr<BpeTokenizer> from_json(const json& j, const std::string& name);
   json to_json() const;
@@ -58,6 +64,10 @@ class BpeTokenizer : public Tokenizer {
   void merge(std::string_view bytes, std::vector<int64_t>* ids) const;
 
  private:
+  // Added tokens of one kind (normalized or not) in `text`, leftmost and then longest first:
+  // each is appended to ids and the text between them goes to `plain`.
+  void split_added(std::string_view text, bool normalized, std::vector<int64_t>* ids,
+                   const std::function<void(std::string_view)>& plain) const;
   void encode_plain(std::string_view text, std::vector<int64_t>* ids) const;
   void merge_long(std::string_view bytes, std::vector<int64_t>* ids) const;
 
@@ -68,7 +78,7 @@ class BpeTokenizer : public Tokenizer {
   // (left << 32 | right) -> (rank, merged id)
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merge_of_;
   int32_t byte_id_[256];
-  std::bitset<256> added_first_;  // first bytes of added tokens
+  std::bitset<256> added_first_[2];  // first bytes of added tokens, [normalized]
   std::optional<int64_t> eos_, bos_, pad_;
   uint64_t instance_ = 0;  // tells the per-thread word caches apart
 };

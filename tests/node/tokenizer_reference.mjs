@@ -5,10 +5,13 @@
 //   node tokenizer_reference.mjs variants TOKENIZER_JSON OUT_DIR
 //     writes variants of a tokenizer.json in the layouts other models ship: GPT-2's ByteLevel
 //     pre-tokenizer (its own regex, a prefix space, merges as "a b"), merges as pairs and
-//     ignore_merges (Llama-3).
+//     ignore_merges (Llama-3), Qwen2's (an NFC normalizer, its own Split pattern before a
+//     ByteLevel without regex, chat markers as special tokens), and a Sequence of NFKD and NFC
+//     normalizers.
 //   node tokenizer_reference.mjs compare TOKENIZER_JSON DOCS_JSONL
 //     DOCS_JSONL: `lol tokenizer encode --input DIR` output, {source, text, ids, decoded} per
-//     line: HF's ids must equal ours, HF's decoding our decoding (and the text itself).
+//     line: HF's ids must equal ours, HF's decoding our decoding (and the text itself, in the
+//     tokenizer's normal form: JavaScript's own String.normalize).
 import { readFileSync, writeFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { createReadStream } from "node:fs";
@@ -23,14 +26,42 @@ if (mode === "variants") {
   const pairs = structuredClone(base);
   pairs.model.merges = base.model.merges.map((m) => m.split(" "));
   pairs.model.ignore_merges = true;
+  const qwen2 = structuredClone(base);
+  qwen2.normalizer = { type: "NFC" };
+  qwen2.pre_tokenizer = {
+    type: "Sequence",
+    pretokenizers: [
+      {
+        type: "Split",
+        pattern: { Regex: "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" },
+        behavior: "Isolated",
+        invert: false,
+      },
+      { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false },
+    ],
+  };
+  qwen2.post_processor = { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false };
+  let next = Math.max(...Object.values(base.model.vocab), ...base.added_tokens.map((t) => t.id)) + 1;
+  for (const content of ["<|im_start|>", "<|im_end|>"])
+    qwen2.added_tokens.push({ id: next++, content, single_word: false, lstrip: false, rstrip: false,
+                              normalized: false, special: true });
+  const nfkd = structuredClone(base);
+  nfkd.normalizer = { type: "Sequence", normalizers: [{ type: "NFKD" }, { type: "NFC" }] };
   writeFileSync(`${target}/gpt2.json`, JSON.stringify(gpt2));
   writeFileSync(`${target}/llama3.json`, JSON.stringify(pairs));
-  console.log("variants: gpt2.json llama3.json");
+  writeFileSync(`${target}/qwen2.json`, JSON.stringify(qwen2));
+  writeFileSync(`${target}/nfkd.json`, JSON.stringify(nfkd));
+  console.log("variants: gpt2.json llama3.json qwen2.json nfkd.json");
 } else if (mode === "compare") {
   const tok = Tokenizer.fromFile(tokenizerPath);
   // GPT-2's layout puts a space before a text (and after an added token) that does not start
   // with one, and decoding keeps it; other layouts decode to the text itself.
-  const prefix = JSON.parse(readFileSync(tokenizerPath, "utf8")).pre_tokenizer?.add_prefix_space === true;
+  const json = JSON.parse(readFileSync(tokenizerPath, "utf8"));
+  const prefix = json.pre_tokenizer?.add_prefix_space === true;
+  // The text in the tokenizer's normal form(s), by JavaScript's own implementation.
+  const forms = !json.normalizer ? [] : json.normalizer.type === "Sequence"
+    ? json.normalizer.normalizers.map((n) => n.type) : [json.normalizer.type];
+  const normal = (text) => forms.reduce((t, f) => t.normalize(f), text);
   let docs = 0, tokens = 0, bytes = 0, mismatches = 0;
   const lines = createInterface({ input: createReadStream(target), crlfDelay: Infinity });
   for await (const line of lines) {
@@ -50,7 +81,7 @@ if (mode === "variants") {
       continue;
     }
     const text = await tok.decode(doc.ids, false);
-    if (text !== doc.decoded || (!prefix && text !== doc.text)) {
+    if (text !== doc.decoded || (!prefix && text !== normal(doc.text))) {
       if (++mismatches <= 3) console.error(`DECODE MISMATCH ${doc.source}`);
       continue;
     }
