@@ -352,6 +352,27 @@ TEST(Bpe, Qwen2StyleTokenizerJsonLoads) {
   EXPECT_EQ(t->decode(ids), "<|im_start|>Caf\u00e9 42<|im_end|>");
 }
 
+TEST(Bpe, TrainingWithANormalizerLearnsFromTheNormalizedText) {
+  // Every document of the corpus spelled decomposed (NFD): trained with NFC, the tokenizer has
+  // the merges of the composed corpus and keeps its normalizer.
+  std::vector<std::string> decomposed;
+  for (const auto& d : corpus()) decomposed.push_back(normalize(d, NormalForm::kNfd));
+  ASSERT_NE(decomposed[1], corpus()[1]);  // German umlauts
+  BpeTrainOptions o;
+  o.vocab_size = 400;
+  o.min_frequency = 1;
+  const auto composed = train_bpe(corpus(), o);
+  o.normalizer = Normalizer({NormalForm::kNfc});
+  const auto t = train_bpe(decomposed, o);
+  EXPECT_EQ(t->model().merges, composed->model().merges);
+  EXPECT_EQ(t->to_json()["normalizer"], json({{"type", "NFC"}}));
+  for (size_t i = 0; i < decomposed.size(); ++i)
+    EXPECT_EQ(t->encode(decomposed[i]), composed->encode(corpus()[i])) << i;
+  EXPECT_EQ(Normalizer::named("nfkc").forms(), std::vector<NormalForm>{NormalForm::kNfkc});
+  EXPECT_TRUE(Normalizer::named("none").identity());
+  EXPECT_THROW(Normalizer::named("nfx"), Error);
+}
+
 // HF's order: added tokens with normalized = false split the text as given; those with
 // normalized = true are matched in the normalized pieces.
 TEST(Bpe, AddedTokensMatchTheGivenOrTheNormalizedTextByTheirFlag) {

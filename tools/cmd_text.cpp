@@ -44,7 +44,7 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
   auto* cmd = app.add_subcommand("tokenizer", "train, and encode or decode with, a byte-level BPE");
 
   struct TrainOpts {
-    std::string input, out;
+    std::string input, out, normalizer = "none";
     BpeTrainOptions bpe;
     int64_t bytes_per_label = 4'000'000;
   };
@@ -60,8 +60,14 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
   train->add_option("--min-frequency", t->bpe.min_frequency, "rarer pairs are not merged")
       ->capture_default_str()
       ->check(at_least(1));
+  train
+      ->add_option("--normalizer", t->normalizer,
+                   "Unicode normal form of the training text and of every text encoded: "
+                   "none, nfc, nfd, nfkc or nfkd")
+      ->capture_default_str();
   train->add_option("--out", t->out, "tokenizer.json to write")->required();
   commands.emplace_back(train, [t] {
+    t->bpe.normalizer = Normalizer::named(t->normalizer);
     CorpusSummary ignored;
     const auto docs = read_text_documents(t->input, false, &ignored);
     std::map<std::string, int64_t> used;
@@ -130,10 +136,17 @@ void add_corpus_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>
   build->add_option("--input", o->input, "directory of text, one subdirectory per label")
       ->required();
   build->add_option("--out", o->out, "output directory")->required();
-  build->add_option("--tokenizer", o->tokenizer, "use this tokenizer.json (default: train one)");
+  auto* given = build->add_option("--tokenizer", o->tokenizer,
+                                  "use this tokenizer.json (default: train one)");
   build->add_option("--vocab-size", o->vocab_size, "size of the tokenizer trained")
       ->capture_default_str()
       ->check(at_least(258));
+  auto normalizer = std::make_shared<std::string>("none");
+  build
+      ->add_option("--normalizer", *normalizer,
+                   "Unicode normal form of the tokenizer trained: none, nfc, nfd, nfkc or nfkd")
+      ->capture_default_str()
+      ->excludes(given);
   build
       ->add_option("--tokenizer-bytes", o->tokenizer_bytes_per_label,
                    "text per label the tokenizer is trained on")
@@ -152,7 +165,8 @@ void add_corpus_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>
       ->capture_default_str()
       ->check(at_least(0));
   build->add_flag("--blocks", o->blocks, "blank-line-separated blocks are the documents");
-  commands.emplace_back(build, [o] {
+  commands.emplace_back(build, [o, normalizer] {
+    o->normalizer = Normalizer::named(*normalizer);
     const auto summary =
         build_corpus(*o, [](const std::string& line) { std::cerr << "corpus: " << line << "\n"; });
     print_summary(summary);

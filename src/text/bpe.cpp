@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <deque>
 #include <fstream>
 #include <queue>
 #include <sstream>
@@ -520,6 +521,7 @@ std::unique_ptr<BpeTokenizer> train_bpe(const std::vector<std::string>& document
   // Distinct pre-tokens and how often each occurs.
   std::unordered_map<std::string_view, int64_t> counts;
   std::vector<std::string_view> pieces;
+  std::deque<std::string> normalized;  // owns the normalized text the counts' keys point into
   for (const auto& d : documents) {
     LOL_CHECK(valid_utf8(d), "a training document is not valid UTF-8");
     // Special tokens in the documents are not learnt from: count the text between them.
@@ -531,7 +533,10 @@ std::unique_ptr<BpeTokenizer> train_bpe(const std::vector<std::string>& document
       }
       pieces.clear();
       const size_t end = hit == std::string::npos ? d.size() : hit;
-      splitter.split(std::string_view(d).substr(plain, end - plain), &pieces);
+      auto text = std::string_view(d).substr(plain, end - plain);
+      if (!options.normalizer.identity())
+        text = normalized.emplace_back(options.normalizer.apply(text));
+      splitter.split(text, &pieces);
       for (auto p : pieces) ++counts[p];
       if (hit == std::string::npos) break;
       plain = hit + cut;
@@ -554,6 +559,7 @@ std::unique_ptr<BpeTokenizer> train_bpe(const std::vector<std::string>& document
   }
 
   BpeTokenizer::Model m;
+  m.normalizer = options.normalizer;
   for (int b = 0; b < 256; ++b) m.tokens.emplace_back(1, static_cast<char>(b));
   std::unordered_map<uint64_t, int64_t> pair_count;
   std::unordered_map<uint64_t, std::vector<int32_t>> where;

@@ -88,6 +88,9 @@ struct BpeTrainOptions {
   std::string pattern = kCl100kPattern;
   std::vector<std::string> special_tokens = {"<|endoftext|>", "<|pad|>"};
   int64_t min_frequency = 2;  // a pair seen fewer times is not merged
+  // Applied to the documents before counting (the text between special tokens) and stored in
+  // the tokenizer, which then applies it to every text it encodes.
+  Normalizer normalizer;
 };
 
 // Learns merges from documents: counts pre-tokens, then repeatedly merges the most frequent

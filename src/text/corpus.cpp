@@ -204,6 +204,7 @@ CorpusSummary build_corpus(const CorpusOptions& o,
     }
     BpeTrainOptions t;
     t.vocab_size = o.vocab_size;
+    t.normalizer = o.normalizer;
     say("training a byte-level BPE of " + std::to_string(o.vocab_size) + " tokens on " +
         std::to_string(sample.size()) + " documents");
     tokenizer = train_bpe(sample, t);

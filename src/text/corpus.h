@@ -20,6 +20,7 @@ struct CorpusOptions {
   std::string out;        // OUT/{tokenizer.json,corpus.json,<split>.shard,<split>.docs.tsv}
   std::string tokenizer;  // a tokenizer.json to use; empty: train one on the train split
   int64_t vocab_size = 8192;
+  Normalizer normalizer;  // of the tokenizer trained (a given tokenizer.json has its own)
   int64_t tokenizer_bytes_per_label = 4'000'000;  // the tokenizer's training sample
   double val_fraction = 0.02, test_fraction = 0.02;
   int64_t chunk_tokens = 512;  // documents longer are cut into chunks (<= training seq_len)

@@ -3,6 +3,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <memory>
 
@@ -73,6 +74,16 @@ Normalizer Normalizer::from_json(const json& j, const std::string& where) {
   std::vector<NormalForm> forms;
   if (!j.is_null()) read(j, where, &forms);
   return Normalizer(std::move(forms));
+}
+
+Normalizer Normalizer::named(const std::string& name) {
+  std::string upper = name;
+  std::transform(upper.begin(), upper.end(), upper.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  if (upper == "NONE") return {};
+  for (const auto form : kForms)
+    if (upper == normal_form_name(form)) return Normalizer({form});
+  fail("normalizer '", name, "' is not one of none, nfc, nfd, nfkc, nfkd");
 }
 
 json Normalizer::to_json() const {

@@ -27,6 +27,8 @@ class Normalizer {
   // A tokenizer.json `normalizer` value: null, {"type": "NFC"} (or NFD, NFKC, NFKD), or
   // {"type": "Sequence", "normalizers": [...]} of those. Anything else throws naming `where`.
   static Normalizer from_json(const json& j, const std::string& where);
+  // A command-line value: "none" or one form, in either case ("nfc", "NFKC"); else throws.
+  static Normalizer named(const std::string& name);
   json to_json() const;  // null when there is nothing to apply
 
   bool identity() const { return forms_.empty(); }
