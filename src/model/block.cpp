@@ -328,12 +328,14 @@ RowGroups group_rows(const torch::Tensor& block_of_row, const std::vector<Block>
 }
 
 TiledRows group_rows_tiled(const torch::Tensor& block_of_row, const std::vector<Block>& blocks,
-                           int64_t tile) {
+                           int64_t tile,
+                           std::shared_ptr<std::map<const void*, torch::Tensor>> stacks) {
   TiledRows t;
   static_cast<SortedTiles&>(t) =
       sort_into_tiles(block_of_row, static_cast<int64_t>(blocks.size()), tile);
   t.inverse = inverse_permutation(t.perm);
   t.blocks = blocks;
+  t.stacks = stacks ? std::move(stacks) : std::make_shared<std::map<const void*, torch::Tensor>>();
   return t;
 }
 
@@ -493,23 +495,34 @@ torch::Tensor run_tiled(const torch::Tensor& x, const TiledRows& tiled, const Fi
             "run_tiled: the library's blocks and an expert per row");
   LayerRows rows;
   rows.first = tiled.blocks.front().get();
+  // One stack of the library's weights per member, shared by the forward's depths.
+  auto stacked = [&](const void* member, const std::function<torch::Tensor(BlockImpl&)>& of) {
+    auto& cache = *tiled.stacks;
+    auto it = cache.find(member);
+    if (it == cache.end()) {
+      std::vector<torch::Tensor> weights;
+      for (const auto& b : tiled.blocks) weights.push_back(of(*b.ptr()));
+      it = cache.emplace(member, torch::stack(weights)).first;
+    }
+    return it->second;
+  };
   // Each row's norm weight gathered by its expert (no slices: their sizes are not on the host).
   rows.sublayer_input = [&](const torch::Tensor& normalized, bool attention) {
-    std::vector<torch::Tensor> weights;
-    for (const auto& b : tiled.blocks)
-      weights.push_back(attention ? b->attn_norm->weight : b->ffn_norm->weight);
-    auto out = normalized * torch::stack(weights).index_select(0, tiled.expert);
+    const auto& first = *rows.first;
+    auto weight =
+        attention ? stacked(first.attn_norm.get(), [](BlockImpl& b) { return b.attn_norm->weight; })
+                  : stacked(first.ffn_norm.get(), [](BlockImpl& b) { return b.ffn_norm->weight; });
+    auto out = normalized * weight.index_select(0, tiled.expert);
     if (film) out = out * *film_gamma(film, attention) + *film_beta(film, attention);
     return out;
   };
   rows.project = [&](const torch::Tensor& in, const std::function<ProjectionRef(BlockImpl&)>& of) {
     ProfileScope scope("proj");
-    std::vector<torch::Tensor> weights;
-    for (const auto& b : tiled.blocks) {
-      auto parts = of(*b.ptr()).parts;
-      weights.push_back(parts.size() == 1 ? parts[0] : torch::cat(parts, 0));
-    }
-    return tiled_linear(in, tiled.tiles, torch::stack(weights));
+    const auto weight = stacked(of(*tiled.blocks.front().ptr()).projection, [&](BlockImpl& b) {
+      auto parts = of(b).parts;
+      return parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
+    });
+    return tiled_linear(in, tiled.tiles, weight);
   };
   for (const auto& b : tiled.blocks)
     LOL_CHECK(!b->moe, "run_tiled: a block with a MoE feed-forward cannot take tiled products");

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 
@@ -174,10 +175,17 @@ RowGroups group_rows(const std::vector<int64_t>& block_of_row, const std::vector
 struct TiledRows : SortedTiles {
   torch::Tensor inverse;
   std::vector<Block> blocks;
+  // The library's weights stacked by expert (experts, ...), by the first block's member they
+  // stack: made by the first depth of a forward that needs them and shared by its other
+  // depths, so a forward (and what its backward keeps) holds one copy of the library, not one
+  // per depth.
+  std::shared_ptr<std::map<const void*, torch::Tensor>> stacks;
 };
 // ids (n) int64 on any device, each in 0..blocks.size()-1 (not checked: that would read them).
+// `stacks`: the forward's shared stacks (null: new ones).
 TiledRows group_rows_tiled(const torch::Tensor& block_of_row, const std::vector<Block>& blocks,
-                           int64_t tile);
+                           int64_t tile,
+                           std::shared_ptr<std::map<const void*, torch::Tensor>> stacks = nullptr);
 
 // Attention between the projections and the rest of a layer: q (n, H, dh), k and v
 // (n, Hkv, dh) before rotary, in the rows' order -> (n, H * dh).

@@ -119,6 +119,8 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
                                std::vector<RouteDecisions>* routes) {
   if (options.force) check(*options.force);
   torch::Tensor x = x_in;
+  // Tiled products: the library's stacked weights, made once and shared by every depth.
+  const auto stacks = std::make_shared<std::map<const void*, torch::Tensor>>();
   for (const auto& layer : layers(executed_depth(options, config_.core_depth, true))) {
     const int64_t l = layer.depth;
     const int64_t p = (l - 1) % config_.core_depth + 1;  // the depth whose parameters run
@@ -141,8 +143,8 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
     std::optional<TiledRows> tiled;
     std::optional<RowGroups> groups;
     if (expert_products(x.device()) == ExpertProducts::kTiled)
-      tiled =
-          group_rows_tiled(expert_of_token, blocks(), expert_tile(x.size(0), config_.library_size));
+      tiled = group_rows_tiled(expert_of_token, blocks(),
+                               expert_tile(x.size(0), config_.library_size), stacks);
     else
       groups = group_rows(expert_of_token, blocks());
     const auto& perm = tiled ? tiled->perm : groups->perm;

@@ -41,17 +41,65 @@ SortedTiles sort_into_tiles(const torch::Tensor& ids, int64_t experts, int64_t t
   return s;
 }
 
+namespace {
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// rows (n, width) into tiles * tile rows at their positions, zeros elsewhere.
+torch::Tensor into_tiles(const torch::Tensor& rows, const ExpertTiles& t) {
+  return torch::zeros({t.tiles * t.tile, rows.size(1)}, rows.options())
+      .index_copy(0, t.position, rows)
+      .view({t.tiles, t.tile, rows.size(1)});
+}
+
+// The products of tiled_linear as one autograd node that saves x and the (experts, out, in)
+// weights, not the per-tile copies of the weights (tiles, out, in) that a bmm of LibTorch
+// expressions keeps for its backward: about five copies of the expert's weights per tile
+// row, per product and routed depth. The backward gathers them again.
+struct TiledLinearFunction : torch::autograd::Function<TiledLinearFunction> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, const torch::Tensor& position,
+                               const torch::Tensor& tile_expert, int64_t tiles, int64_t tile) {
+    const ExpertTiles t{position, tile_expert, {}, tiles, tile};
+    const auto y =
+        torch::bmm(into_tiles(x, t), weight.index_select(0, tile_expert).transpose(1, 2));
+    ctx->save_for_backward({x, weight, position, tile_expert});
+    ctx->saved_data["tiles"] = tiles;
+    ctx->saved_data["tile"] = tile;
+    return {y.reshape({tiles * tile, weight.size(1)}).index_select(0, position)};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weight = saved[1];
+    const ExpertTiles t{
+        saved[2], saved[3], {}, ctx->saved_data["tiles"].toInt(), ctx->saved_data["tile"].toInt()};
+    // The products in the gradient's dtype (bf16 when the forward ran under autocast, whose
+    // casts the backward does not see), each gradient in its input's dtype.
+    const auto dy = into_tiles(grads[0], t);  // (tiles, tile, out)
+    const auto dtype = dy.scalar_type();
+    torch::Tensor dx, dweight;
+    if (ctx->needs_input_grad(0))
+      dx = torch::bmm(dy, weight.index_select(0, t.tile_expert).to(dtype))
+               .reshape({t.tiles * t.tile, x.size(1)})
+               .index_select(0, t.position)
+               .to(x.scalar_type());
+    if (ctx->needs_input_grad(1))
+      dweight = torch::zeros_like(weight).index_add_(
+          0, t.tile_expert,
+          torch::bmm(dy.transpose(1, 2), into_tiles(x.to(dtype), t)).to(weight.scalar_type()));
+    return {dx, dweight, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+}  // namespace
+
 torch::Tensor tiled_linear(const torch::Tensor& x, const ExpertTiles& tiles,
                            const torch::Tensor& weight) {
   LOL_CHECK(x.dim() == 2 && weight.dim() == 3 && weight.size(2) == x.size(1) &&
                 tiles.position.numel() == x.size(0),
             "tiled_linear: x (n, in), weight (experts, out, in) and a position per row");
-  const int64_t in = x.size(1), out = weight.size(1), rows = tiles.tiles * tiles.tile;
-  const auto padded = torch::zeros({rows, in}, x.options())
-                          .index_copy(0, tiles.position, x)
-                          .view({tiles.tiles, tiles.tile, in});
-  const auto y = torch::bmm(padded, weight.index_select(0, tiles.tile_expert).transpose(1, 2));
-  return y.reshape({rows, out}).index_select(0, tiles.position);
+  return TiledLinearFunction::apply(x, weight, tiles.position, tiles.tile_expert, tiles.tiles,
+                                    tiles.tile)[0];
 }
 
 namespace {

@@ -40,8 +40,9 @@ struct SortedTiles {
 SortedTiles sort_into_tiles(const torch::Tensor& ids, int64_t experts, int64_t tile);
 
 // y[r] = x[r] weight[expert of r]^T for x (n, in) in expert order and weight (experts, out,
-// in); differentiable in x and weight (LibTorch expressions: a copy into the tiles, one bmm,
-// a gather back).
+// in); differentiable in x and weight. A copy into the tiles, one bmm with each tile's
+// expert's weight, a gather back; one autograd node that keeps x and `weight` for the
+// backward, not the per-tile copies of the weights.
 torch::Tensor tiled_linear(const torch::Tensor& x, const ExpertTiles& tiles,
                            const torch::Tensor& weight);
 
