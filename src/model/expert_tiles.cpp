@@ -54,8 +54,8 @@ torch::Tensor into_tiles(const torch::Tensor& rows, const ExpertTiles& t) {
 
 // The products of tiled_linear as one autograd node that saves x and the (experts, out, in)
 // weights, not the per-tile copies of the weights (tiles, out, in) that a bmm of LibTorch
-// expressions keeps for its backward: about five copies of the expert's weights per tile
-// row, per product and routed depth. The backward gathers them again.
+// expressions keeps for its backward: with about five tiles per expert, five copies of the
+// library's weights per product and routed depth. The backward gathers them again.
 struct TiledLinearFunction : torch::autograd::Function<TiledLinearFunction> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& weight, const torch::Tensor& position,

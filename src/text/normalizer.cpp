@@ -6,14 +6,19 @@
 #include <cctype>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 
 #include "util/error.h"
 
 namespace lol {
 
 namespace {
-constexpr NormalForm kForms[] = {NormalForm::kNfc, NormalForm::kNfd, NormalForm::kNfkc,
-                                 NormalForm::kNfkd};
+// The form named `name` exactly as tokenizer.json spells it ("NFC"), if any.
+std::optional<NormalForm> form_named(const std::string& name) {
+  for (const auto form : {NormalForm::kNfc, NormalForm::kNfd, NormalForm::kNfkc, NormalForm::kNfkd})
+    if (name == normal_form_name(form)) return form;
+  return std::nullopt;
+}
 
 void read(const json& j, const std::string& where, std::vector<NormalForm>* forms) {
   LOL_CHECK(j.is_object() && j.contains("type") && j["type"].is_string(), where,
@@ -27,14 +32,12 @@ void read(const json& j, const std::string& where, std::vector<NormalForm>* form
       read(list[i], where + ".normalizers[" + std::to_string(i) + "]", forms);
     return;
   }
-  for (const auto form : kForms)
-    if (type == normal_form_name(form)) {
-      forms->push_back(form);
-      return;
-    }
-  fail(where, ": normalizer type \"", type,
-       "\" is not supported (Unicode normal forms only: NFC, NFD, NFKC, NFKD, or a Sequence of "
-       "them)");
+  const auto form = form_named(type);
+  if (!form)
+    fail(where, ": normalizer type \"", type,
+         "\" is not supported (Unicode normal forms only: NFC, NFD, NFKC, NFKD, or a Sequence of "
+         "them)");
+  forms->push_back(*form);
 }
 }  // namespace
 
@@ -81,9 +84,9 @@ Normalizer Normalizer::named(const std::string& name) {
   std::transform(upper.begin(), upper.end(), upper.begin(),
                  [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
   if (upper == "NONE") return {};
-  for (const auto form : kForms)
-    if (upper == normal_form_name(form)) return Normalizer({form});
-  fail("normalizer '", name, "' is not one of none, nfc, nfd, nfkc, nfkd");
+  const auto form = form_named(upper);
+  LOL_CHECK(form.has_value(), "normalizer '", name, "' is not one of none, nfc, nfd, nfkc, nfkd");
+  return Normalizer({*form});
 }
 
 json Normalizer::to_json() const {
