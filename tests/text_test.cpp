@@ -1,6 +1,7 @@
 // Text: the pre-tokenizer split, UTF-8 checks, Unicode normal forms, byte-level BPE (training,
 // the merge loop against a slow textbook BPE, exact round trips, normalizers and added tokens,
-// tokenizer.json save/load and its errors).
+// tokenizer.json save/load and its errors), sentencepiece-style BPE against the encodings HF's
+// tokenizers gives.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -282,7 +283,7 @@ TEST(Normalizer, TokenizerJsonFormsAndSequencesRoundTrip) {
   EXPECT_TRUE(Normalizer::from_json(nullptr, "n").identity());
   EXPECT_TRUE(Normalizer::from_json(nullptr, "n").to_json().is_null());
   const auto nfc = Normalizer::from_json({{"type", "NFC"}}, "n");
-  ASSERT_EQ(nfc.forms(), std::vector<NormalForm>{NormalForm::kNfc});
+  ASSERT_EQ(nfc.steps(), Normalizer({NormalForm::kNfc}).steps());
   EXPECT_EQ(nfc.to_json(), json({{"type", "NFC"}}));
   const json seq = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFKD"}}, {{"type", "NFC"}}}}};
   const auto both = Normalizer::from_json(seq, "n");
@@ -368,7 +369,7 @@ TEST(Bpe, TrainingWithANormalizerLearnsFromTheNormalizedText) {
   EXPECT_EQ(t->to_json()["normalizer"], json({{"type", "NFC"}}));
   for (size_t i = 0; i < decomposed.size(); ++i)
     EXPECT_EQ(t->encode(decomposed[i]), composed->encode(corpus()[i])) << i;
-  EXPECT_EQ(Normalizer::named("nfkc").forms(), std::vector<NormalForm>{NormalForm::kNfkc});
+  EXPECT_EQ(Normalizer::named("nfkc").steps(), Normalizer({NormalForm::kNfkc}).steps());
   EXPECT_TRUE(Normalizer::named("none").identity());
   EXPECT_THROW(Normalizer::named("nfx"), Error);
 }
@@ -397,6 +398,150 @@ TEST(Bpe, AddedTokensMatchTheGivenOrTheNormalizedTextByTheirFlag) {
   k["added_tokens"].push_back({{"id", id}, {"content", "\u00c5"}, {"special", false}});
   EXPECT_EQ(with_normalizer(k, {{"type", "NFC"}})->encode(text),
             (std::vector<int64_t>{'x', id, 'y'}));
+}
+
+// A small sentencepiece-style tokenizer.json (Llama-2's vocabulary layout: <unk> <s> </s>, the
+// 256 <0xNN> byte tokens, then text tokens) in one of the layouts below. The expected encodings
+// and decodings in the tests that use it are what HF's tokenizers 0.23 (npm) gives for the same
+// files; tests/text_test.sh compares the two on the fixture texts.
+json sentencepiece_json(const std::string& layout) {
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  static const char* hex = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) vocab[std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">"] = 3 + b;
+  int next = 259;
+  for (const char* t : {"▁", "a", "b", "c", "h", "i", "▁a", "▁h", "▁hi", "ab", "▁ab", "é", "▁▁"})
+    vocab[t] = next++;
+  json merges = {"▁ ▁", "▁ a", "▁ h", "▁h i", "a b", "▁a b"};
+  json added = json::array();
+  for (int id = 0; id < 3; ++id)
+    added.push_back({{"id", id},
+                     {"content", std::vector<std::string>{"<unk>", "<s>", "</s>"}[id]},
+                     {"normalized", false},
+                     {"special", true}});
+  const json llama_decoder = {
+      {"type", "Sequence"},
+      {"decoders",
+       {{{"type", "Replace"}, {"pattern", {{"String", "▁"}}}, {"content", " "}},
+        {{"type", "ByteFallback"}},
+        {{"type", "Fuse"}},
+        {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+  json j = {{"added_tokens", added},
+            {"normalizer", nullptr},
+            {"pre_tokenizer", nullptr},
+            {"decoder", llama_decoder},
+            {"model",
+             {{"type", "BPE"},
+              {"unk_token", "<unk>"},
+              {"fuse_unk", true},
+              {"byte_fallback", true},
+              {"vocab", vocab},
+              {"merges", merges}}}};
+  if (layout == "llama2") {  // Prepend "▁", Replace " " by "▁", one pre-token per text
+    j["normalizer"] = {{"type", "Sequence"},
+                       {"normalizers",
+                        {{{"type", "Prepend"}, {"prepend", "▁"}},
+                         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "▁"}}}}};
+  } else {  // "first", "always": a Metaspace pre-tokenizer and decoder of that scheme
+    json meta = {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", layout}};
+    if (layout == "always") meta["split"] = false;  // "first" keeps the default, true
+    j["pre_tokenizer"] = meta;
+    j["decoder"] = meta;
+  }
+  return j;
+}
+
+std::vector<std::string> token_texts(const BpeTokenizer& t, const std::string& text) {
+  std::vector<std::string> out;
+  for (const auto id : t.encode(text)) out.push_back(t.model().tokens.at(id));
+  return out;
+}
+
+TEST(Bpe, SentencepieceStyleTokenizersEncodeAndDecodeAsHfDoes) {
+  struct Case {
+    const char* layout;
+    std::string text;
+    std::vector<std::string> tokens;
+    std::string decoded;
+  };
+  const std::string u = "\u2581", crab = "\U0001F980";
+  const std::vector<Case> cases = {
+      // Llama-2: each text between added tokens gets its own "▁" (the Prepend normalizer),
+      // spaces are "▁"; a character outside the vocabulary falls back to its bytes; the
+      // decoder turns "▁" back into spaces and strips the first.
+      {"llama2", "hi ab", {u + "hi", u + "ab"}, "hi ab"},
+      {"llama2", " hi  ab ", {u + u, "h", "i", u + u, "ab", u}, " hi  ab "},
+      {"llama2", "</s>hi</s> ab", {"</s>", u + "hi", "</s>", u + u, "ab"}, "</s> hi</s>  ab"},
+      {"llama2", "xy\u00e9 ab", {u, "<0x78>", "<0x79>", "\u00e9", u + "ab"}, "xy\u00e9 ab"},
+      {"llama2", crab, {u, "<0xF0>", "<0x9F>", "<0xA6>", "<0x80>"}, crab},
+      {"llama2", "  hi a", {u + u, u + "hi", u + "a"}, "  hi a"},
+      // Metaspace prepending only at the start of the input (not after an added token),
+      // splitting before each "▁"; its decoder knows no byte fallback and drops every "▁" of
+      // the first token.
+      {"first", " hi  ab ", {u + "hi", u, u + "ab", u}, "hi  ab "},
+      {"first", "</s>hi</s> ab", {"</s>", "h", "i", "</s>", u + "ab"}, "</s>hi</s> ab"},
+      {"first",
+       "xy\u00e9 ab",
+       {u, "<0x78>", "<0x79>", "\u00e9", u + "ab"},
+       "<0x78><0x79>\u00e9 ab"},
+      {"first", "  hi a", {u, u + "hi", u + "a"}, " hi a"},
+      {"first", "a  \u00e9\u00e9", {u + "a", u, u, "\u00e9", "\u00e9"}, "a  \u00e9\u00e9"},
+      // Metaspace always prepending, not splitting.
+      {"always", " hi  ab ", {u + "hi", u + u, "ab", u}, "hi  ab "},
+      {"always", "</s>hi</s> ab", {"</s>", u + "hi", "</s>", u + "ab"}, "</s> hi</s> ab"},
+      {"always", "  hi a", {u + u, "h", "i", u + "a"}, "hi a"},
+      {"always", "a  \u00e9\u00e9", {u + "a", u + u, "\u00e9", "\u00e9"}, "a  \u00e9\u00e9"},
+  };
+  std::map<std::string, std::unique_ptr<BpeTokenizer>> tokenizers;
+  for (const auto* layout : {"llama2", "first", "always"})
+    tokenizers[layout] = BpeTokenizer::from_json(sentencepiece_json(layout), layout);
+  for (const auto& c : cases) {
+    const auto& t = *tokenizers.at(c.layout);
+    EXPECT_EQ(token_texts(t, c.text), c.tokens) << c.layout << ": '" << c.text << "'";
+    EXPECT_EQ(t.decode(t.encode(c.text)), c.decoded) << c.layout << ": '" << c.text << "'";
+  }
+  const auto& llama = *tokenizers.at("llama2");
+  EXPECT_FALSE(llama.model().byte_level);
+  EXPECT_EQ(llama.eos(), 2);
+  EXPECT_EQ(llama.bos(), 1);
+  // A continuation's pieces keep their leading space; only a text's first loses it.
+  EXPECT_EQ(llama.piece(llama.encode("hi")[0], true), "hi");
+  EXPECT_EQ(llama.piece(llama.encode("hi")[0], false), " hi");
+}
+
+TEST(Bpe, SentencepieceUnknownCharactersAreFusedOrNotAndHeldBackAsHfHoldsThem) {
+  using V = std::vector<std::string>;
+  auto j = sentencepiece_json("always");
+  j["model"]["byte_fallback"] = false;
+  EXPECT_EQ(token_texts(*BpeTokenizer::from_json(j, "fused"), "xyé ab"),
+            (V{"▁", "<unk>", "é", "▁ab"}));
+  j["model"]["fuse_unk"] = false;
+  EXPECT_EQ(token_texts(*BpeTokenizer::from_json(j, "unfused"), "xyé ab"),
+            (V{"▁", "<unk>", "<unk>", "é", "▁ab"}));
+  // With byte fallback but no <0xF0> token, U+1F980 is unknown; HF keeps an unknown run back
+  // until a character that is a token, so the bytes of the 'x' after it come first.
+  j = sentencepiece_json("always");
+  j["model"]["vocab"].erase("<0xF0>");
+  EXPECT_EQ(token_texts(*BpeTokenizer::from_json(j, "no-f0"), "🦀x🦀🦀é ab"),
+            (V{"▁", "<0x78>", "<unk>", "é", "▁ab"}));
+}
+
+TEST(Bpe, SentencepieceStyleTokenizerJsonRoundTrips) {
+  for (const auto* layout : {"llama2", "first", "always"}) {
+    const auto t = BpeTokenizer::from_json(sentencepiece_json(layout), layout);
+    const auto again = BpeTokenizer::from_json(json::parse(t->to_json().dump()), layout);
+    EXPECT_EQ(again->to_json(), t->to_json()) << layout;
+    for (const char* text : {" hi  ab ", "</s>hi</s> ab", "xyé ab🦀", "  hi a"}) {
+      EXPECT_EQ(again->encode(text), t->encode(text)) << layout << ": " << text;
+      EXPECT_EQ(again->decode(t->encode(text)), t->decode(t->encode(text))) << layout;
+    }
+  }
+  // The normalizer and decoder steps are written back as read.
+  const auto llama = sentencepiece_json("llama2");
+  const auto written = BpeTokenizer::from_json(llama, "llama2")->to_json();
+  EXPECT_EQ(written["normalizer"], llama["normalizer"]);
+  EXPECT_EQ(written["decoder"], llama["decoder"]);
+  EXPECT_EQ(written["model"]["unk_token"], "<unk>");
+  EXPECT_EQ(written["model"]["vocab"]["<unk>"], 0);
 }
 
 TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
@@ -443,6 +588,29 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   j = good;
   j["model"].erase("vocab");
   expect_error(j, "no \"vocab\"");
+  j = good;
+  j["model"]["byte_fallback"] = true;
+  expect_error(j, "byte_fallback with a ByteLevel pre-tokenizer");
+  // Sentencepiece-style files: what is not supported is named.
+  const auto spm = sentencepiece_json("llama2");
+  j = spm;
+  j["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +"}};
+  expect_error(j, "normalizer.normalizers[1]: a Replace by regular expression is not supported");
+  j = spm;
+  j["decoder"] = {{"type", "WordPiece"}};
+  expect_error(j, "decoder: decoder type \"WordPiece\" is not supported");
+  j = spm;
+  j["decoder"]["decoders"][3]["start"] = 2;
+  expect_error(j, "decoders[3]: after a Fuse only a Strip of at most one character");
+  j = spm;
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}};
+  expect_error(j, "Split pre-tokenizers are only supported with byte-level BPE");
+  j = spm;
+  j["model"]["unk_token"] = "<oov>";
+  expect_error(j, "model.unk_token \"<oov>\" is not in model.vocab");
+  j = sentencepiece_json("first");
+  j["pre_tokenizer"]["prepend_scheme"] = "sometimes";
+  expect_error(j, "prepend_scheme \"sometimes\" is not always, first or never");
 }
 
 }  // namespace

@@ -16,21 +16,25 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "text_test: FAIL: $*" >&2; exit 1; }
 text="$root/tests/data/text"
 
-# 1. Encodings agree with the reference, for every fixture document, in five layouts of one
-#    tokenizer.json (ours, GPT-2's, Llama-3's, Qwen2's, a Sequence of normal forms) and in one
-#    trained here with a normalizer. The fixtures are in NFC; one more document holds text that
-#    the normalizers change: combining marks out of canonical order, Hangul jamo, ligatures,
-#    full-width and circled forms, a chat marker next to a combining mark.
+# 1. Encodings agree with the reference, for every fixture document, in eight layouts of one
+#    tokenizer.json (ours, GPT-2's, Llama-3's, Qwen2's, a Sequence of normal forms, and the
+#    sentencepiece-style Llama-2, Mistral and one with unknown characters) and in one trained
+#    here with a normalizer. The fixtures are in NFC; one more document holds text that the
+#    normalizers change: combining marks out of canonical order, Hangul jamo, ligatures,
+#    full-width and circled forms, a chat marker next to a combining mark; another leading
+#    spaces, sentencepiece's added tokens and "▁" itself.
 "$lol" tokenizer train --input "$text" --vocab-size 600 --min-frequency 1 --out "$work/tk.json" 2>/dev/null
 node "$node_dir/tokenizer_reference.mjs" variants "$work/tk.json" "$work"
 mkdir -p "$work/text/forms"
 cp -r "$text"/. "$work/text/"
 printf 'Cafe\xcc\x81 a\xcc\x82\xcc\xa3 \xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8 \xef\xac\x81le \xef\xbc\xa1\xe2\x91\xa0 \xe2\x84\xab\n<|im_start|>\xcc\x81 <|im_end|>e\xcc\x81<|endoftext|>\xe1\xba\x9b\xcc\xa3\n' \
   > "$work/text/forms/a.txt"
+printf '  two spaces first <s>after a bos</s> and after an eos </s>\n\tA tab, \xe2\x96\x81 itself, \xf0\x9f\xa6\x80 <unk>\n' \
+  > "$work/text/forms/b.txt"
 "$lol" tokenizer train --input "$work/text" --vocab-size 600 --min-frequency 1 --normalizer nfkc \
   --out "$work/nfkc.json" 2>/dev/null
 grep -q '"normalizer":{"type":"NFKC"}' "$work/nfkc.json" || fail "no NFKC normalizer written"
-for v in tk gpt2 llama3 qwen2 nfkd nfkc; do
+for v in tk gpt2 llama3 qwen2 nfkd nfkc llama2 mistral spm-unk; do
   "$lol" tokenizer encode --tokenizer "$work/$v.json" --input "$work/text" > "$work/$v.jsonl"
   node "$node_dir/tokenizer_reference.mjs" compare "$work/$v.json" "$work/$v.jsonl"
 done

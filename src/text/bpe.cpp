@@ -94,7 +94,7 @@ bool flag(const json& j, const char* key, bool fallback = false) {
 }
 
 // A pre_tokenizer entry into `model`: Split (Isolated, not inverted) and ByteLevel are the
-// pieces byte-level BPE tokenizers are made of.
+// pieces byte-level BPE tokenizers are made of, Metaspace the sentencepiece-style one.
 void read_pre_tokenizer(const json& p, const std::string& where, bool* byte_level_seen,
                         BpeTokenizer::Model* model) {
   LOL_CHECK(p.is_object() && p.contains("type") && p["type"].is_string(), where,
@@ -110,6 +110,9 @@ void read_pre_tokenizer(const json& p, const std::string& where, bool* byte_leve
     *byte_level_seen = true;
     model->add_prefix_space = flag(p, "add_prefix_space");
     if (flag(p, "use_regex", true)) model->patterns.push_back(kGpt2Pattern);
+  } else if (type == "Metaspace") {
+    LOL_CHECK(!model->metaspace, where, ": a second Metaspace pre-tokenizer");
+    model->metaspace = Metaspace::from_json(p, where);
   } else if (type == "Split") {
     const auto& pattern = field(p, "pattern", where);
     LOL_CHECK(!flag(p, "invert"), where, ": inverted Split is not supported");
@@ -126,7 +129,7 @@ void read_pre_tokenizer(const json& p, const std::string& where, bool* byte_leve
     }
   } else {
     fail(where, ": pre-tokenizer type \"", type,
-         "\" is not supported (byte-level BPE: Split, ByteLevel, Sequence)");
+         "\" is not supported (Split, ByteLevel, Metaspace, Sequence)");
   }
 }
 
@@ -145,17 +148,28 @@ BpeTokenizer::BpeTokenizer(Model model, std::string name)
   static std::atomic<uint64_t> instances{0};
   instance_ = ++instances;
   const auto n = static_cast<int32_t>(model_.tokens.size());
+  const bool bytes = model_.byte_level;
+  auto shown = [&](const std::string& token) { return bytes ? to_visible(token) : token; };
   for (int32_t id = 0; id < n; ++id) {
-    const auto& bytes = model_.tokens[id];
-    if (bytes.empty()) continue;
-    LOL_CHECK(by_bytes_.emplace(bytes, id).second, name_, ": tokens ", by_bytes_[bytes], " and ",
-              id, " are the same bytes '", to_visible(bytes), "'");
+    const auto& token = model_.tokens[id];
+    if (token.empty()) continue;
+    LOL_CHECK(by_bytes_.emplace(token, id).second, name_, ": tokens ", by_bytes_[token], " and ",
+              id, " are the same ", bytes ? "bytes" : "text", " '", shown(token), "'");
   }
+  LOL_CHECK(bytes || model_.patterns.empty(), name_,
+            ": Split pre-tokenizers are only supported with byte-level BPE");
+  LOL_CHECK(!bytes || (!model_.metaspace && !model_.byte_fallback && !model_.unk), name_,
+            ": a byte-level BPE has no Metaspace, byte fallback or unknown token");
+  LOL_CHECK(
+      !model_.unk || (*model_.unk >= 0 && *model_.unk < n && !model_.tokens[*model_.unk].empty()),
+      name_, ": the unknown token's id is not in the vocabulary");
   for (int b = 0; b < 256; ++b) {
-    const auto it = by_bytes_.find(std::string(1, static_cast<char>(b)));
-    LOL_CHECK(it != by_bytes_.end(), name_, ": byte ", b, " ('", to_visible(std::string(1, b)),
-              "') has no token; a byte-level BPE needs all 256");
-    byte_id_[b] = it->second;
+    static const char* hex = "0123456789ABCDEF";
+    const auto it = by_bytes_.find(bytes ? std::string(1, static_cast<char>(b))
+                                         : std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">");
+    LOL_CHECK(!bytes || it != by_bytes_.end(), name_, ": byte ", b, " ('",
+              to_visible(std::string(1, b)), "') has no token; a byte-level BPE needs all 256");
+    byte_id_[b] = it != by_bytes_.end() && (bytes || model_.byte_fallback) ? it->second : -1;
   }
   merge_of_.reserve(model_.merges.size());
   for (size_t r = 0; r < model_.merges.size(); ++r) {
@@ -164,9 +178,8 @@ BpeTokenizer::BpeTokenizer(Model model, std::string name)
                   !model_.tokens[b].empty(),
               name_, ": merge ", r, " names a token outside the vocabulary");
     const auto it = by_bytes_.find(model_.tokens[a] + model_.tokens[b]);
-    LOL_CHECK(it != by_bytes_.end(), name_, ": merge ", r, " ('", to_visible(model_.tokens[a]),
-              "' + '", to_visible(model_.tokens[b]),
-              "') makes a token that is not in the vocabulary");
+    LOL_CHECK(it != by_bytes_.end(), name_, ": merge ", r, " ('", shown(model_.tokens[a]), "' + '",
+              shown(model_.tokens[b]), "') makes a token that is not in the vocabulary");
     merge_of_.emplace(pair_key(a, b), std::make_pair(static_cast<int32_t>(r), it->second));
   }
   for (const auto& t : model_.added) {
@@ -187,22 +200,58 @@ BpeTokenizer::BpeTokenizer(Model model, std::string name)
   pad_ = named_token(model_.added, {"<|pad|>", "<pad>"});
 }
 
-void BpeTokenizer::merge(std::string_view bytes, std::vector<int64_t>* ids) const {
-  if (bytes.empty()) return;
+void BpeTokenizer::symbols(std::string_view pre_token, std::vector<int32_t>* sym) const {
+  sym->clear();
+  if (model_.byte_level) {
+    for (unsigned char b : pre_token) sym->push_back(byte_id_[b]);
+    return;
+  }
+  // Each character is its token, else the <0xNN> tokens of its bytes, else the unknown token.
+  // As HF's BPE does, an unknown character is held back (and joined by the next with fuse_unk)
+  // until a character that is a token comes or the pre-token ends, so byte fallback tokens of
+  // the characters between go before it.
+  bool unk_held = false;
+  std::string ch;
+  for (size_t i = 0; i < pre_token.size();) {
+    const auto lead = static_cast<unsigned char>(pre_token[i]);
+    const size_t len = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+    ch.assign(pre_token.substr(i, len));
+    i += len;
+    const auto it = by_bytes_.find(ch);
+    if (it != by_bytes_.end()) {
+      if (unk_held) sym->push_back(static_cast<int32_t>(*model_.unk)), unk_held = false;
+      sym->push_back(it->second);
+      continue;
+    }
+    if (model_.byte_fallback &&
+        std::all_of(ch.begin(), ch.end(), [&](char b) { return byte_id_[uint8_t(b)] >= 0; })) {
+      for (unsigned char b : ch) sym->push_back(byte_id_[b]);
+      continue;
+    }
+    if (!model_.unk) continue;  // no unknown token: HF drops the character
+    if (unk_held && !model_.fuse_unk) sym->push_back(static_cast<int32_t>(*model_.unk));
+    unk_held = true;
+  }
+  if (unk_held) sym->push_back(static_cast<int32_t>(*model_.unk));
+}
+
+void BpeTokenizer::merge(std::string_view pre_token, std::vector<int64_t>* ids) const {
+  if (pre_token.empty()) return;
   if (model_.ignore_merges) {
-    const auto it = by_bytes_.find(std::string(bytes));
+    const auto it = by_bytes_.find(std::string(pre_token));
     if (it != by_bytes_.end()) {
       ids->push_back(it->second);
       return;
     }
   }
+  std::vector<int32_t> sym;
+  symbols(pre_token, &sym);
+  if (sym.empty()) return;
   // Repeatedly merge the lowest-ranked adjacent pair, the leftmost among equals (as the HF
   // implementation's priority queue does). Short pieces (nearly all) scan an array of pair
   // ranks; long ones (a line of '=', a page of CJK) take a heap, which is O(n log n).
-  if (bytes.size() > 48) return merge_long(bytes, ids);
+  if (sym.size() > 48) return merge_long(sym, ids);
   // `ranks[i]` belongs to the pair (sym[i], sym[i+1]).
-  std::vector<int32_t> sym(bytes.size());
-  for (size_t i = 0; i < bytes.size(); ++i) sym[i] = byte_id_[static_cast<unsigned char>(bytes[i])];
   auto rank_of = [&](size_t i) {
     const auto it = merge_of_.find(pair_key(sym[i], sym[i + 1]));
     return it == merge_of_.end() ? INT_MAX : it->second.first;
@@ -221,14 +270,14 @@ void BpeTokenizer::merge(std::string_view bytes, std::vector<int64_t>* ids) cons
   ids->insert(ids->end(), sym.begin(), sym.end());
 }
 
-void BpeTokenizer::merge_long(std::string_view bytes, std::vector<int64_t>* ids) const {
-  const auto n = static_cast<int32_t>(bytes.size());
+void BpeTokenizer::merge_long(const std::vector<int32_t>& symbols,
+                              std::vector<int64_t>* ids) const {
+  const auto n = static_cast<int32_t>(symbols.size());
   struct Symbol {
     int32_t id, prev, next;  // prev/next: neighbours in the list, -1 at the ends
   };
   std::vector<Symbol> sym(n);
-  for (int32_t i = 0; i < n; ++i)
-    sym[i] = {byte_id_[static_cast<unsigned char>(bytes[i])], i - 1, i + 1 < n ? i + 1 : -1};
+  for (int32_t i = 0; i < n; ++i) sym[i] = {symbols[i], i - 1, i + 1 < n ? i + 1 : -1};
   // (rank, left position, left id, right id); smallest rank, then leftmost, on top.
   using Candidate = std::tuple<int32_t, int32_t, int32_t, int32_t>;
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> queue;
@@ -255,14 +304,21 @@ void BpeTokenizer::merge_long(std::string_view bytes, std::vector<int64_t>* ids)
   for (int32_t i = 0; i >= 0 && i < n; i = sym[i].next) ids->push_back(sym[i].id);
 }
 
-void BpeTokenizer::encode_plain(std::string_view text, std::vector<int64_t>* ids) const {
+void BpeTokenizer::encode_plain(std::string_view text, bool at_start,
+                                std::vector<int64_t>* ids) const {
   if (text.empty()) return;
   std::string prefixed;
-  if (model_.add_prefix_space && text.front() != ' ') {
-    prefixed = " " + std::string(text);
-    text = prefixed;
+  std::vector<std::string_view> pieces, next;
+  if (model_.metaspace) {
+    prefixed = model_.metaspace->apply(text, at_start);
+    model_.metaspace->split_pieces(prefixed, &pieces);
+  } else {
+    if (model_.add_prefix_space && text.front() != ' ') {
+      prefixed = " " + std::string(text);
+      text = prefixed;
+    }
+    pieces.push_back(text);
   }
-  std::vector<std::string_view> pieces{text}, next;
   for (const auto& s : splitters_) {
     next.clear();
     for (auto p : pieces) s->split(p, &next);
@@ -282,6 +338,10 @@ void BpeTokenizer::encode_plain(std::string_view text, std::vector<int64_t>* ids
   std::string key;
   std::vector<int64_t> merged;
   for (auto p : pieces) {
+    if (p.size() > 256) {  // a whole text without a pre-tokenizer (Llama-2) is not a word
+      merge(p, ids);
+      continue;
+    }
     key.assign(p.data(), p.size());
     auto it = cache.ids.find(key);
     if (it == cache.ids.end()) {
@@ -325,23 +385,30 @@ std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
   // As the HF tokenizers do: added tokens that match the text as given split it first; each
   // piece between them is normalized, split by the added tokens that match normalized text,
   // and the rest pre-tokenized and merged.
-  const auto merged = [&](std::string_view piece) { encode_plain(piece, &ids); };
+  // A piece is at the start of the input when it begins the text and its normalized form.
   split_added(text, /*normalized=*/false, &ids, [&](std::string_view piece) {
     if (piece.empty()) return;
-    if (model_.normalizer.identity()) return split_added(piece, true, &ids, merged);
-    const auto normal = model_.normalizer.apply(piece);
-    split_added(normal, true, &ids, merged);
+    const bool first = piece.data() == text.data();
+    std::string normal;
+    std::string_view view = piece;
+    if (!model_.normalizer.identity()) view = normal = model_.normalizer.apply(piece);
+    split_added(view, true, &ids, [&](std::string_view p) {
+      encode_plain(p, first && p.data() == view.data(), &ids);
+    });
   });
   return ids;
 }
 
-std::string BpeTokenizer::piece(int64_t id, bool) const {
+std::string BpeTokenizer::piece(int64_t id, bool first) const {
   LOL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " is outside the ", name_,
             " vocabulary [0, ", vocab_size(), ")");
-  if (!model_.tokens[id].empty()) return model_.tokens[id];
+  const std::string* text = model_.tokens[id].empty() ? nullptr : &model_.tokens[id];
   for (const auto& t : model_.added)
-    if (t.id == id) return t.content;
-  fail("token id ", id, " is unused in ", name_);
+    if (!text && t.id == id) text = &t.content;
+  LOL_CHECK(text, "token id ", id, " is unused in ", name_);
+  // Byte-level tokens are their bytes; text tokens (and, as in HF, added tokens among them)
+  // go through the decoder chain.
+  return model_.byte_level ? *text : model_.decoder.apply(*text, first);
 }
 
 json BpeTokenizer::to_json() const {
@@ -349,13 +416,18 @@ json BpeTokenizer::to_json() const {
   std::vector<std::string> visible(model_.tokens.size());
   std::vector<bool> is_added(model_.tokens.size(), false);
   for (const auto& t : model_.added) is_added[t.id] = true;
+  bool spaced = false;  // a token with a space: merges are written as pairs, not "a b"
   for (size_t id = 0; id < model_.tokens.size(); ++id) {
-    if (model_.tokens[id].empty() || is_added[id]) continue;
-    visible[id] = to_visible(model_.tokens[id]);
+    // Text tokens an added token also names stay in the vocabulary (Llama-2's <unk>).
+    if (model_.tokens[id].empty() || (is_added[id] && model_.byte_level)) continue;
+    visible[id] = model_.byte_level ? to_visible(model_.tokens[id]) : model_.tokens[id];
+    spaced = spaced || visible[id].find(' ') != std::string::npos;
     vocab[visible[id]] = id;
   }
   json merges = json::array();
-  for (const auto& [a, b] : model_.merges) merges.push_back(visible[a] + " " + visible[b]);
+  for (const auto& [a, b] : model_.merges)
+    merges.push_back(spaced ? json::array({visible[a], visible[b]})
+                            : json(visible[a] + " " + visible[b]));
   json added = json::array();
   auto by_id = model_.added;
   std::sort(by_id.begin(), by_id.end(), [](const auto& x, const auto& y) { return x.id < y.id; });
@@ -367,36 +439,43 @@ json BpeTokenizer::to_json() const {
                      {"rstrip", false},
                      {"normalized", t.normalized},
                      {"special", t.special}});
-  json pre = json::array();
-  for (const auto& p : model_.patterns)
-    pre.push_back({{"type", "Split"},
-                   {"pattern", {{"Regex", p}}},
-                   {"behavior", "Isolated"},
-                   {"invert", false}});
-  pre.push_back({{"type", "ByteLevel"},
-                 {"add_prefix_space", model_.add_prefix_space},
-                 {"trim_offsets", true},
-                 {"use_regex", false}});
+  json pre_tokenizer, decoder;
+  if (model_.byte_level) {
+    json pre = json::array();
+    for (const auto& p : model_.patterns)
+      pre.push_back({{"type", "Split"},
+                     {"pattern", {{"Regex", p}}},
+                     {"behavior", "Isolated"},
+                     {"invert", false}});
+    pre.push_back({{"type", "ByteLevel"},
+                   {"add_prefix_space", model_.add_prefix_space},
+                   {"trim_offsets", true},
+                   {"use_regex", false}});
+    pre_tokenizer = {{"type", "Sequence"}, {"pretokenizers", pre}};
+    decoder = {{"type", "ByteLevel"},
+               {"add_prefix_space", true},
+               {"trim_offsets", true},
+               {"use_regex", true}};
+  } else {
+    if (model_.metaspace) pre_tokenizer = model_.metaspace->to_json();
+    decoder = model_.decoder.to_json();
+  }
   return json{{"version", "1.0"},
               {"truncation", nullptr},
               {"padding", nullptr},
               {"added_tokens", added},
               {"normalizer", model_.normalizer.to_json()},
-              {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", pre}}},
+              {"pre_tokenizer", pre_tokenizer},
               {"post_processor", nullptr},
-              {"decoder",
-               {{"type", "ByteLevel"},
-                {"add_prefix_space", true},
-                {"trim_offsets", true},
-                {"use_regex", true}}},
+              {"decoder", decoder},
               {"model",
                {{"type", "BPE"},
                 {"dropout", nullptr},
-                {"unk_token", nullptr},
+                {"unk_token", model_.unk ? json(model_.tokens[*model_.unk]) : json(nullptr)},
                 {"continuing_subword_prefix", nullptr},
                 {"end_of_word_suffix", nullptr},
-                {"fuse_unk", false},
-                {"byte_fallback", false},
+                {"fuse_unk", model_.fuse_unk},
+                {"byte_fallback", model_.byte_fallback},
                 {"ignore_merges", model_.ignore_merges},
                 {"vocab", vocab},
                 {"merges", merges}}}};
@@ -426,16 +505,24 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const json& j, const std::
     LOL_CHECK(!model.contains(unsupported) || model[unsupported].is_null() ||
                   (model[unsupported].is_string() && model[unsupported].get<std::string>().empty()),
               name, ": model.", unsupported, " is not supported");
-  LOL_CHECK(!flag(model, "byte_fallback"), name,
-            ": model.byte_fallback is for sentencepiece-style BPE, which is not supported");
   m.ignore_merges = flag(model, "ignore_merges");
   if (j.contains("normalizer"))
     m.normalizer = Normalizer::from_json(j["normalizer"], name + ": normalizer");
 
+  // A ByteLevel pre-tokenizer makes a byte-level BPE; without one the tokens are text
+  // (sentencepiece-style), read with the decoder that turns them back into text.
   bool byte_level_seen = false;
   if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null())
     read_pre_tokenizer(j["pre_tokenizer"], name + ": pre_tokenizer", &byte_level_seen, &m);
-  LOL_CHECK(byte_level_seen, name, ": not a byte-level BPE (no ByteLevel pre-tokenizer)");
+  m.byte_level = byte_level_seen;
+  LOL_CHECK(!byte_level_seen || !m.metaspace, name,
+            ": pre_tokenizer has both ByteLevel and Metaspace");
+  m.byte_fallback = flag(model, "byte_fallback");
+  LOL_CHECK(!byte_level_seen || !m.byte_fallback, name,
+            ": model.byte_fallback with a ByteLevel pre-tokenizer (bytes need no fallback)");
+  m.fuse_unk = flag(model, "fuse_unk");
+  if (!byte_level_seen && j.contains("decoder"))
+    m.decoder = TokenDecoder::from_json(j["decoder"], name + ": decoder");
 
   const auto& vocab = field(model, "vocab", name + ": model");
   LOL_CHECK(vocab.is_object(), name, ": model.vocab must map tokens to ids");
@@ -451,8 +538,13 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const json& j, const std::
               name, ": model.vocab[\"", token, "\"] is not an id in [0, ", id_limit,
               ") (the vocabulary and added tokens have ", id_limit, " entries)");
     const auto i = id.get<int64_t>();
-    LOL_CHECK(from_visible(token, &bytes) && !bytes.empty(), name, ": model.vocab token \"", token,
-              "\" is not byte-level text");
+    if (!m.byte_level) {
+      bytes = token;
+      LOL_CHECK(!bytes.empty(), name, ": model.vocab has an empty token");
+    } else {
+      LOL_CHECK(from_visible(token, &bytes) && !bytes.empty(), name, ": model.vocab token \"",
+                token, "\" is not byte-level text");
+    }
     if (i >= static_cast<int64_t>(m.tokens.size())) m.tokens.resize(i + 1);
     LOL_CHECK(m.tokens[i].empty(), name, ": id ", i, " appears twice in model.vocab");
     m.tokens[i] = bytes;
@@ -477,11 +569,22 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const json& j, const std::
     } else {
       fail(name, ": model.merges[", r, "] is neither \"a b\" nor [\"a\", \"b\"]");
     }
-    const bool ok = from_visible(left, &left_bytes) && from_visible(right, &right_bytes);
+    const bool ok = m.byte_level
+                        ? from_visible(left, &left_bytes) && from_visible(right, &right_bytes)
+                        : (left_bytes = left, right_bytes = right, true);
     const auto a = ids.find(left_bytes), b = ids.find(right_bytes);
     LOL_CHECK(ok && a != ids.end() && b != ids.end(), name, ": model.merges[", r,
               "] names a token that is not in model.vocab");
     m.merges.emplace_back(a->second, b->second);
+  }
+  if (model.contains("unk_token") && !model["unk_token"].is_null()) {
+    LOL_CHECK(model["unk_token"].is_string(), name, ": model.unk_token must be a string");
+    const auto unk = model["unk_token"].get<std::string>();
+    const auto it = m.byte_level ? ids.end() : ids.find(unk);
+    LOL_CHECK(m.byte_level || it != ids.end(), name, ": model.unk_token \"", unk,
+              "\" is not in model.vocab");
+    // A byte-level BPE never needs it (every byte is a token); its name is not kept.
+    if (!m.byte_level) m.unk = it->second;
   }
   if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
     const auto& added = j["added_tokens"];

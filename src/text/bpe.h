@@ -1,21 +1,26 @@
 #pragma once
-// Byte-level BPE (docs/text.md): GPT-2's scheme, where the 256 byte values are the base tokens,
-// so every UTF-8 text (indeed every byte string) encodes and decodes exactly, with no unknown
-// token. Added tokens (<|endoftext|>) are matched first, then the text between them is
-// normalized (a tokenizer.json's Unicode normal form, if any) and split into pre-tokens by
-// regular expressions, and each pre-token's bytes are merged by the ranked merge list. Stored as a
-// Hugging Face tokenizer.json, so tokenizers trained here load in the HF libraries and byte-level
-// BPE tokenizers from there (GPT-2, Llama-3 style) load here.
+// BPE tokenizers (docs/text.md) in two kinds. Byte-level BPE is GPT-2's scheme, where the 256
+// byte values are the base tokens, so every UTF-8 text (indeed every byte string) encodes and
+// decodes exactly, with no unknown token; it is what `lol tokenizer train` makes. Sentencepiece-
+// style BPE (Llama-2, Mistral) has text tokens whose base symbols are characters; a character
+// that is not a token becomes the <0xNN> tokens of its bytes (byte fallback) or the unknown
+// token. Either way added tokens (<|endoftext|>) are matched first, then the text between them
+// is normalized (the tokenizer.json's normalizer, if any) and split into pre-tokens (regular
+// expressions, or Metaspace), and each pre-token's symbols are merged by the ranked merge list.
+// Stored as a Hugging Face tokenizer.json, so tokenizers trained here load in the HF libraries
+// and BPE tokenizers from there (GPT-2, Llama-2, Llama-3, Mistral, Qwen2 style) load here.
 #include <bitset>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "text/normalizer.h"
 #include "text/regex_split.h"
+#include "text/sentencepiece.h"
 #include "text/tokenizer.h"
 #include "util/json.h"
 
@@ -31,16 +36,28 @@ class BpeTokenizer : public Tokenizer {
     // before normalization.
     bool normalized = false;
   };
-  // The pieces of the model, in bytes; `merges[r]` is the pair of ids merged at rank r (lower
-  // ranks first).
+  // The pieces of the model; `merges[r]` is the pair of ids merged at rank r (lower ranks
+  // first).
   struct Model {
-    std::vector<std::string> tokens;  // by id; empty for an id that only an added token uses
+    // By id: bytes (byte-level) or text (sentencepiece-style); empty for an id that only an
+    // added token uses.
+    std::vector<std::string> tokens;
     std::vector<std::pair<int32_t, int32_t>> merges;
     std::vector<AddedToken> added;
     Normalizer normalizer;
-    std::vector<std::string> patterns;  // Split pre-tokenizers, applied in order
-    bool add_prefix_space = false;
     bool ignore_merges = false;  // a pre-token that is a whole token is not merged (Llama-3)
+    bool byte_level = true;
+    // Byte-level: Split pre-tokenizers applied in order, and ByteLevel's prefix space.
+    std::vector<std::string> patterns;
+    bool add_prefix_space = false;
+    // Sentencepiece-style: the Metaspace pre-tokenizer if any (else each text between added
+    // tokens is one pre-token), byte fallback, the unknown token (consecutive unknown
+    // characters fused into one when fuse_unk), and the decoder chain.
+    std::optional<Metaspace> metaspace;
+    bool byte_fallback = false;
+    std::optional<int64_t> unk;
+    bool fuse_unk = false;
+    TokenDecoder decoder;
   };
 
   BpeTokenizer(Model model, std::string name);
@@ -60,16 +77,19 @@ class BpeTokenizer : public Tokenizer {
   std::optional<int64_t> pad() const override { return pad_; }
 
   const Model& model() const { return model_; }
-  // The ids of one pre-token's bytes after the merges (no added tokens, no splitting).
-  void merge(std::string_view bytes, std::vector<int64_t>* ids) const;
+  // The ids of one pre-token after the merges (no added tokens, no splitting).
+  void merge(std::string_view pre_token, std::vector<int64_t>* ids) const;
 
  private:
   // Added tokens of one kind (normalized or not) in `text`, leftmost and then longest first:
   // each is appended to ids and the text between them goes to `plain`.
   void split_added(std::string_view text, bool normalized, std::vector<int64_t>* ids,
                    const std::function<void(std::string_view)>& plain) const;
-  void encode_plain(std::string_view text, std::vector<int64_t>* ids) const;
-  void merge_long(std::string_view bytes, std::vector<int64_t>* ids) const;
+  // `at_start`: the text begins the input (Metaspace's "first" prepend scheme).
+  void encode_plain(std::string_view text, bool at_start, std::vector<int64_t>* ids) const;
+  // The base symbols of a pre-token: its bytes, or its characters (byte fallback, unknown).
+  void symbols(std::string_view pre_token, std::vector<int32_t>* sym) const;
+  void merge_long(const std::vector<int32_t>& symbols, std::vector<int64_t>* ids) const;
 
   Model model_;
   std::string name_;
@@ -77,7 +97,7 @@ class BpeTokenizer : public Tokenizer {
   std::unordered_map<std::string, int32_t> by_bytes_;  // model pieces (not added tokens)
   // (left << 32 | right) -> (rank, merged id)
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merge_of_;
-  int32_t byte_id_[256];
+  int32_t byte_id_[256];             // byte-level: each byte's token; else its <0xNN> token or -1
   std::bitset<256> added_first_[2];  // first bytes of added tokens, [normalized]
   std::optional<int64_t> eos_, bos_, pad_;
   uint64_t instance_ = 0;  // tells the per-thread word caches apart

@@ -20,7 +20,12 @@ std::optional<NormalForm> form_named(const std::string& name) {
   return std::nullopt;
 }
 
-void read(const json& j, const std::string& where, std::vector<NormalForm>* forms) {
+std::string string_field(const json& j, const char* key, const std::string& where) {
+  LOL_CHECK(j.contains(key) && j[key].is_string(), where, " needs a string \"", key, "\"");
+  return j[key].get<std::string>();
+}
+
+void read(const json& j, const std::string& where, std::vector<Normalizer::Step>* steps) {
   LOL_CHECK(j.is_object() && j.contains("type") && j["type"].is_string(), where,
             " needs a \"type\"");
   const auto type = j["type"].get<std::string>();
@@ -29,15 +34,40 @@ void read(const json& j, const std::string& where, std::vector<NormalForm>* form
               ".normalizers must be a list");
     const auto& list = j["normalizers"];
     for (size_t i = 0; i < list.size(); ++i)
-      read(list[i], where + ".normalizers[" + std::to_string(i) + "]", forms);
+      read(list[i], where + ".normalizers[" + std::to_string(i) + "]", steps);
     return;
   }
-  const auto form = form_named(type);
-  if (!form)
+  Normalizer::Step step;
+  if (type == "Prepend") {
+    step.kind = Normalizer::Step::kPrepend;
+    step.text = string_field(j, "prepend", where);
+  } else if (type == "Replace") {
+    step.kind = Normalizer::Step::kReplace;
+    LOL_CHECK(j.contains("pattern") && j["pattern"].is_object(), where,
+              " needs a \"pattern\" object");
+    LOL_CHECK(!j["pattern"].contains("Regex"), where,
+              ": a Replace by regular expression is not supported (only {\"String\": ...})");
+    step.text = string_field(j["pattern"], "String", where + ".pattern");
+    LOL_CHECK(!step.text.empty(), where, ": Replace of an empty string");
+    step.by = string_field(j, "content", where);
+  } else if (const auto form = form_named(type)) {
+    step.form = *form;
+  } else {
     fail(where, ": normalizer type \"", type,
-         "\" is not supported (Unicode normal forms only: NFC, NFD, NFKC, NFKD, or a Sequence of "
-         "them)");
-  forms->push_back(*form);
+         "\" is not supported (NFC, NFD, NFKC, NFKD, Prepend, Replace of a string, or a Sequence "
+         "of them)");
+  }
+  steps->push_back(std::move(step));
+}
+
+std::string replace_all(std::string_view text, const std::string& what, const std::string& by) {
+  std::string out;
+  size_t done = 0;
+  for (size_t at = text.find(what); at != std::string_view::npos; at = text.find(what, done)) {
+    out.append(text.substr(done, at - done)).append(by);
+    done = at + what.size();
+  }
+  return out.append(text.substr(done));
 }
 }  // namespace
 
@@ -73,10 +103,14 @@ std::string normalize(std::string_view text, NormalForm form) {
   return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
 }
 
+Normalizer::Normalizer(std::vector<NormalForm> forms) {
+  for (const auto form : forms) steps_.push_back({Step::kForm, form, {}, {}});
+}
+
 Normalizer Normalizer::from_json(const json& j, const std::string& where) {
-  std::vector<NormalForm> forms;
-  if (!j.is_null()) read(j, where, &forms);
-  return Normalizer(std::move(forms));
+  Normalizer n;
+  if (!j.is_null()) read(j, where, &n.steps_);
+  return n;
 }
 
 Normalizer Normalizer::named(const std::string& name) {
@@ -90,17 +124,39 @@ Normalizer Normalizer::named(const std::string& name) {
 }
 
 json Normalizer::to_json() const {
-  if (forms_.empty()) return nullptr;
-  auto one = [](NormalForm f) { return json{{"type", normal_form_name(f)}}; };
-  if (forms_.size() == 1) return one(forms_[0]);
+  if (steps_.empty()) return nullptr;
+  auto one = [](const Step& s) {
+    switch (s.kind) {
+      case Step::kPrepend:
+        return json{{"type", "Prepend"}, {"prepend", s.text}};
+      case Step::kReplace:
+        return json{{"type", "Replace"}, {"pattern", {{"String", s.text}}}, {"content", s.by}};
+      case Step::kForm:
+        break;
+    }
+    return json{{"type", normal_form_name(s.form)}};
+  };
+  if (steps_.size() == 1) return one(steps_[0]);
   json list = json::array();
-  for (const auto f : forms_) list.push_back(one(f));
+  for (const auto& s : steps_) list.push_back(one(s));
   return json{{"type", "Sequence"}, {"normalizers", list}};
 }
 
 std::string Normalizer::apply(std::string_view text) const {
   std::string out(text);
-  for (const auto form : forms_) out = normalize(out, form);
+  for (const auto& s : steps_) {
+    switch (s.kind) {
+      case Step::kForm:
+        out = normalize(out, s.form);
+        break;
+      case Step::kPrepend:
+        if (!out.empty()) out.insert(0, s.text);
+        break;
+      case Step::kReplace:
+        out = replace_all(out, s.text, s.by);
+        break;
+    }
+  }
   return out;
 }
 

@@ -1,9 +1,10 @@
 #pragma once
-// Unicode normalization of text before a tokenizer splits it: the `normalizer` of a Hugging
-// Face tokenizer.json when it is one of the four Unicode normal forms or a Sequence of them
-// (Qwen2's byte-level BPE normalizes to NFC). Built on utf8proc (docs/dependencies.md);
-// anything else a tokenizer.json may name there (Lowercase, Replace, Prepend, sentencepiece's
-// Precompiled) is refused by from_json with an error naming it.
+// Normalization of text before a tokenizer splits it: the `normalizer` of a Hugging Face
+// tokenizer.json when it is made of the four Unicode normal forms (Qwen2's byte-level BPE
+// normalizes to NFC; built on utf8proc, docs/dependencies.md) and the literal Prepend and
+// Replace of sentencepiece-style tokenizers (Llama-2's "Prepend ▁, Replace ' ' by ▁"), alone or
+// in a Sequence. Anything else a tokenizer.json may name there (Lowercase, a Replace by regular
+// expression, sentencepiece's Precompiled) is refused by from_json with an error naming it.
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,24 +20,36 @@ const char* normal_form_name(NormalForm form);
 // `text` (valid UTF-8, not checked) in normal form `form`.
 std::string normalize(std::string_view text, NormalForm form);
 
-// A sequence of normal forms applied in order; empty: text is left as it is.
+// A sequence of steps applied in order; empty: text is left as it is.
 class Normalizer {
  public:
+  struct Step {
+    enum Kind { kForm, kPrepend, kReplace } kind = kForm;
+    NormalForm form = NormalForm::kNfc;  // kForm
+    std::string text;                    // kPrepend: what goes in front; kReplace: what is replaced
+    std::string by;                      // kReplace: what replaces each occurrence
+    bool operator==(const Step& o) const {
+      return kind == o.kind && form == o.form && text == o.text && by == o.by;
+    }
+  };
   Normalizer() = default;
-  explicit Normalizer(std::vector<NormalForm> forms) : forms_(std::move(forms)) {}
-  // A tokenizer.json `normalizer` value: null, {"type": "NFC"} (or NFD, NFKC, NFKD), or
-  // {"type": "Sequence", "normalizers": [...]} of those. Anything else throws naming `where`.
+  explicit Normalizer(std::vector<NormalForm> forms);
+  // A tokenizer.json `normalizer` value: null, {"type": "NFC"} (or NFD, NFKC, NFKD),
+  // {"type": "Prepend", "prepend": S}, {"type": "Replace", "pattern": {"String": S},
+  // "content": T}, or {"type": "Sequence", "normalizers": [...]} of those. Anything else throws
+  // naming `where`.
   static Normalizer from_json(const json& j, const std::string& where);
   // A command-line value: "none" or one form, in either case ("nfc", "NFKC"); else throws.
   static Normalizer named(const std::string& name);
   json to_json() const;  // null when there is nothing to apply
 
-  bool identity() const { return forms_.empty(); }
-  const std::vector<NormalForm>& forms() const { return forms_; }
+  bool identity() const { return steps_.empty(); }
+  const std::vector<Step>& steps() const { return steps_; }
+  // As HF does: Prepend leaves empty text empty; Replace replaces every occurrence, left to right.
   std::string apply(std::string_view text) const;  // text: valid UTF-8
 
  private:
-  std::vector<NormalForm> forms_;
+  std::vector<Step> steps_;
 };
 
 }  // namespace lol

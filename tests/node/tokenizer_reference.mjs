@@ -1,4 +1,4 @@
-// The independent reference for lol's byte-level BPE: Hugging Face's own `tokenizers` (the
+// The independent reference for lol's BPE tokenizers: Hugging Face's own `tokenizers` (the
 // Rust library, npm binding) loads the same tokenizer.json and must give the same ids for
 // every document, and decode them back to the text.
 //
@@ -6,8 +6,9 @@
 //     writes variants of a tokenizer.json in the layouts other models ship: GPT-2's ByteLevel
 //     pre-tokenizer (its own regex, a prefix space, merges as "a b"), merges as pairs and
 //     ignore_merges (Llama-3), Qwen2's (an NFC normalizer, its own Split pattern before a
-//     ByteLevel without regex, chat markers as special tokens), and a Sequence of NFKD and NFC
-//     normalizers.
+//     ByteLevel without regex, chat markers as special tokens), a Sequence of NFKD and NFC
+//     normalizers, and three sentencepiece-style layouts (Llama-2's, Mistral's, one with unknown
+//     characters: see sentencepieceLayouts).
 //   node tokenizer_reference.mjs compare TOKENIZER_JSON DOCS_JSONL
 //     DOCS_JSONL: `lol tokenizer encode --input DIR` output, {source, text, ids, decoded} per
 //     line: HF's ids must equal ours, HF's decoding our decoding (and the text itself, in the
@@ -18,6 +19,69 @@ import { createReadStream } from "node:fs";
 import { Tokenizer } from "tokenizers";
 
 const [mode, tokenizerPath, target] = process.argv.slice(2);
+
+// Sentencepiece-style layouts of a byte-level tokenizer.json: its tokens that are whole UTF-8
+// text become text tokens (a space written "▁"), merges between them keep their order, and
+// <unk>, <s>, </s> and the 256 <0xNN> byte tokens come first, as in Llama-2's vocabulary.
+//   llama2: Llama-2's layout (normalizer Prepend "▁" and Replace " " by "▁", no pre-tokenizer,
+//           byte fallback, decoder Replace, ByteFallback, Fuse, Strip)
+//   mistral: Metaspace pre-tokenizer prepending only at the start (prepend_scheme "first", not
+//           split), no normalizer, the same decoder
+//   spm-unk: no byte fallback, so characters outside the vocabulary are <unk> (runs fused);
+//           Metaspace always prepending and splitting, and its decoder
+function sentencepieceLayouts(base) {
+  const toByte = new Map();
+  let next = 256;
+  for (let b = 0; b < 256; ++b) {
+    const printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    toByte.set(String.fromCodePoint(printable ? b : next++), b);
+  }
+  const utf8 = new TextDecoder("utf-8", { fatal: true });
+  const textOf = (visible) => {
+    try {
+      return utf8.decode(Uint8Array.from([...visible].map((c) => toByte.get(c)))).replaceAll(" ", "\u2581");
+    } catch {
+      return null;  // a token of part of a character
+    }
+  };
+  const specials = ["<unk>", "<s>", "</s>"];
+  const vocab = {};
+  specials.forEach((t, i) => { vocab[t] = i; });
+  for (let b = 0; b < 256; ++b) vocab[`<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`] = 3 + b;
+  let id = 259;
+  const byId = Object.entries(base.model.vocab).sort((x, y) => x[1] - y[1]);
+  for (const [visible] of byId) {
+    const text = textOf(visible);
+    if (text !== null && !(text in vocab)) vocab[text] = id++;
+  }
+  const merges = [];
+  for (const m of base.model.merges) {
+    const [l, r] = (typeof m === "string" ? m.split(" ") : m).map(textOf);
+    if (l !== null && r !== null && l in vocab && r in vocab && l + r in vocab) merges.push(`${l} ${r}`);
+  }
+  const added = specials.map((content, i) => ({ id: i, content, single_word: false, lstrip: false,
+                                                 rstrip: false, normalized: false, special: true }));
+  const model = (byteFallback, fuseUnk) => ({
+    type: "BPE", dropout: null, unk_token: "<unk>", continuing_subword_prefix: null,
+    end_of_word_suffix: null, fuse_unk: fuseUnk, byte_fallback: byteFallback, ignore_merges: false,
+    vocab, merges });
+  const llamaDecoder = { type: "Sequence", decoders: [
+    { type: "Replace", pattern: { String: "\u2581" }, content: " " }, { type: "ByteFallback" },
+    { type: "Fuse" }, { type: "Strip", content: " ", start: 1, stop: 0 }] };
+  const layout = (normalizer, pre_tokenizer, decoder, byteFallback, fuseUnk) => ({
+    version: "1.0", truncation: null, padding: null, added_tokens: added, normalizer, pre_tokenizer,
+    post_processor: null, decoder, model: model(byteFallback, fuseUnk) });
+  return {
+    llama2: layout({ type: "Sequence", normalizers: [
+      { type: "Prepend", prepend: "\u2581" },
+      { type: "Replace", pattern: { String: " " }, content: "\u2581" }] }, null, llamaDecoder, true, true),
+    mistral: layout(null, { type: "Metaspace", replacement: "\u2581", prepend_scheme: "first", split: false },
+                    llamaDecoder, true, true),
+    "spm-unk": layout(null, { type: "Metaspace", replacement: "\u2581", prepend_scheme: "always", split: true },
+                      { type: "Metaspace", replacement: "\u2581", prepend_scheme: "always", split: true },
+                      false, true),
+  };
+}
 
 if (mode === "variants") {
   const base = JSON.parse(readFileSync(tokenizerPath, "utf8"));
@@ -47,11 +111,13 @@ if (mode === "variants") {
                               normalized: false, special: true });
   const nfkd = structuredClone(base);
   nfkd.normalizer = { type: "Sequence", normalizers: [{ type: "NFKD" }, { type: "NFC" }] };
+  for (const [name, layout] of Object.entries(sentencepieceLayouts(base)))
+    writeFileSync(`${target}/${name}.json`, JSON.stringify(layout));
   writeFileSync(`${target}/gpt2.json`, JSON.stringify(gpt2));
   writeFileSync(`${target}/llama3.json`, JSON.stringify(pairs));
   writeFileSync(`${target}/qwen2.json`, JSON.stringify(qwen2));
   writeFileSync(`${target}/nfkd.json`, JSON.stringify(nfkd));
-  console.log("variants: gpt2.json llama3.json qwen2.json nfkd.json");
+  console.log("variants: gpt2.json llama3.json qwen2.json nfkd.json llama2.json mistral.json spm-unk.json");
 } else if (mode === "compare") {
   const tok = Tokenizer.fromFile(tokenizerPath);
   // GPT-2's layout puts a space before a text (and after an added token) that does not start
@@ -59,10 +125,17 @@ if (mode === "variants") {
   const json = JSON.parse(readFileSync(tokenizerPath, "utf8"));
   const prefix = json.pre_tokenizer?.add_prefix_space === true;
   // The text in the tokenizer's normal form(s), by JavaScript's own implementation.
-  const forms = !json.normalizer ? [] : json.normalizer.type === "Sequence"
-    ? json.normalizer.normalizers.map((n) => n.type) : [json.normalizer.type];
+  const forms = (!json.normalizer ? [] : json.normalizer.type === "Sequence"
+    ? json.normalizer.normalizers.map((n) => n.type) : [json.normalizer.type])
+    .filter((f) => f.startsWith("NF"));
   const normal = (text) => forms.reduce((t, f) => t.normalize(f), text);
-  let docs = 0, tokens = 0, bytes = 0, mismatches = 0;
+  // Sentencepiece-style layouts decode to the text itself only where no character was unknown,
+  // no added token put a "▁" after it, and no leading space was taken for the prepended one.
+  const sentencepiece = json.model.unk_token !== null;
+  const special = new Set(json.added_tokens.map((t) => t.id));
+  const exact = (doc) => !prefix && !(sentencepiece &&
+    (doc.ids.some((i) => special.has(i)) || /^\s/.test(doc.text)));
+  let docs = 0, tokens = 0, bytes = 0, mismatches = 0, exactDocs = 0;
   const lines = createInterface({ input: createReadStream(target), crlfDelay: Infinity });
   for await (const line of lines) {
     if (!line) continue;
@@ -81,17 +154,19 @@ if (mode === "variants") {
       continue;
     }
     const text = await tok.decode(doc.ids, false);
-    if (text !== doc.decoded || (!prefix && text !== normal(doc.text))) {
-      if (++mismatches <= 3) console.error(`DECODE MISMATCH ${doc.source}`);
+    if (text !== doc.decoded || (exact(doc) && text !== normal(doc.text))) {
+      if (++mismatches <= 3) console.error(`DECODE MISMATCH ${doc.source}: hf ${JSON.stringify(text.slice(0, 80))} ` +
+                                           `lol ${JSON.stringify(doc.decoded.slice(0, 80))}`);
       continue;
     }
+    exactDocs += exact(doc);
     ++docs;
     tokens += ids.length;
     bytes += Buffer.byteLength(doc.text, "utf8");
   }
-  console.log(`${tokenizerPath}: ${docs} documents agree (${tokens} tokens, ${bytes} bytes), ` +
-              `${mismatches} differ`);
-  process.exit(mismatches === 0 && docs > 0 ? 0 : 1);
+  console.log(`${tokenizerPath}: ${docs} documents agree (${tokens} tokens, ${bytes} bytes; ` +
+              `${exactDocs} decode to their text), ${mismatches} differ`);
+  process.exit(mismatches === 0 && docs > 0 && (exactDocs > 0 || prefix) ? 0 : 1);
 } else {
   console.error("usage: tokenizer_reference.mjs variants|compare TOKENIZER_JSON OUT_DIR|DOCS_JSONL");
   process.exit(2);
