@@ -390,14 +390,58 @@ TEST(Bpe, AddedTokensMatchTheGivenOrTheNormalizedTextByTheirFlag) {
   // Composed A-ring, matched after normalization.
   EXPECT_EQ(add("\u00c5", true)->encode(text), (std::vector<int64_t>{'x', id, 'y'}));
   EXPECT_EQ(add("\u00c5", false)->encode(text), none);  // the raw text has no U+00C5
-  // Decomposed A + ring, matched before normalization; never after it.
+  // Decomposed A + ring: matched before normalization, or after it as its own normal form
+  // (HF matches normalized added tokens by their normalized content).
   EXPECT_EQ(add("A\u030a", false)->encode(text), (std::vector<int64_t>{'x', id, 'y'}));
-  EXPECT_EQ(add("A\u030a", true)->encode(text), none);
+  EXPECT_EQ(add("A\u030a", true)->encode(text), (std::vector<int64_t>{'x', id, 'y'}));
+  EXPECT_EQ(add("A\u030a", true)->encode("x\u00c5y"), (std::vector<int64_t>{'x', id, 'y'}));
+  EXPECT_EQ(add("A\u030a", false)->encode("x\u00c5y"), add("zzz", true)->encode("x\u00c5y"));
   // Without the flag, a non-special added token matches the normalized text (HF's default).
   auto k = j;
   k["added_tokens"].push_back({{"id", id}, {"content", "\u00c5"}, {"special", false}});
   EXPECT_EQ(with_normalizer(k, {{"type", "NFC"}})->encode(text),
             (std::vector<int64_t>{'x', id, 'y'}));
+}
+
+// lstrip, rstrip and single_word as HF applies them (tests/text_test.sh compares them with HF on
+// documents too): the whitespace (Unicode's White_Space) beside the token goes with it, and a
+// single-word token next to a word character (Unicode's \w) is not matched, nor is anything
+// else that starts inside it.
+TEST(Bpe, AddedTokensStripWhitespaceAndMatchSingleWordsAsHfDoes) {
+  const auto base = small_bpe();
+  auto j = base->to_json();
+  int64_t next = static_cast<int64_t>(j["model"]["vocab"].size() + j["added_tokens"].size());
+  auto add = [&](const std::string& content, const char* flag) {
+    j["added_tokens"].push_back({{"id", next}, {"content", content}, {"special", false}});
+    if (flag) j["added_tokens"].back()[flag] = true;
+    return next++;
+  };
+  const auto mask = add("<mask>", "lstrip"), asst = add("<|assistant|>", "rstrip"),
+             word = add("word", "single_word"), ord = add("ord", nullptr);
+  const auto t = BpeTokenizer::from_json(j, "flags");
+  using Ids = std::vector<int64_t>;
+  auto cat = [&](std::initializer_list<Ids> parts) {
+    Ids out;
+    for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  auto plain = [&](const std::string& text) { return base->encode(text); };
+  EXPECT_EQ(t->encode("a  <mask> b"), cat({plain("a"), {mask}, plain(" b")}));
+  EXPECT_EQ(t->encode("<mask> <mask>"), (Ids{mask, mask}));
+  // U+00A0 is White_Space (absorbed); U+3000 after a token without rstrip stays.
+  EXPECT_EQ(t->encode("a\u00a0<mask>\u3000x"), cat({plain("a"), {mask}, plain("\u3000x")}));
+  EXPECT_EQ(t->encode("<|assistant|>  \n\u2028hello"), cat({{asst}, plain("hello")}));
+  EXPECT_EQ(t->encode("word (word). word"),
+            cat({{word}, plain(" ("), {word}, plain("). "), {word}}));
+  // Inside words (also next to '_', a combining mark, a circled letter) it is not a token,
+  // and "ord" starting inside the dropped match is not looked for.
+  for (const char* text : {"sword", "words", "word_", "word\u0301", "\u24b6word", "word\u200dx"})
+    EXPECT_EQ(t->encode(text), plain(text)) << text;
+  EXPECT_EQ(t->encode("x ord"), cat({plain("x "), {ord}}));
+  // The flags are written back.
+  const auto again = BpeTokenizer::from_json(t->to_json(), "again");
+  EXPECT_EQ(again->to_json(), t->to_json());
+  EXPECT_EQ(again->encode("a  <mask> b sword"), t->encode("a  <mask> b sword"));
 }
 
 // A small sentencepiece-style tokenizer.json (Llama-2's vocabulary layout: <unk> <s> </s>, the
@@ -542,6 +586,23 @@ TEST(Bpe, SentencepieceStyleTokenizerJsonRoundTrips) {
   EXPECT_EQ(written["decoder"], llama["decoder"]);
   EXPECT_EQ(written["model"]["unk_token"], "<unk>");
   EXPECT_EQ(written["model"]["vocab"]["<unk>"], 0);
+}
+
+TEST(Bpe, NormalizedAddedTokensMatchTheirNormalizedContent) {
+  // With Llama-2's Prepend normalizer a normalized added token "hi" is matched as "▁hi": after
+  // a space, not inside "ahi".
+  auto j = sentencepiece_json("llama2");
+  const int64_t id = static_cast<int64_t>(j["model"]["vocab"].size());
+  j["added_tokens"].push_back(
+      {{"id", id}, {"content", "hi"}, {"special", false}, {"normalized", true}});
+  const auto t = BpeTokenizer::from_json(j, "llama2+hi");
+  const auto plain = BpeTokenizer::from_json(sentencepiece_json("llama2"), "llama2");
+  EXPECT_EQ(t->encode("a hi"), (std::vector<int64_t>{plain->encode("a")[0], id}));
+  EXPECT_EQ(t->encode("ahi"), plain->encode("ahi"));
+  EXPECT_EQ(t->encode("hi"), (std::vector<int64_t>{id}));
+  // And it decodes as what it matched, "▁hi" (as HF's decode does).
+  EXPECT_EQ(t->decode(t->encode("a hi")), "a hi");
+  EXPECT_EQ(t->piece(id, false), " hi");
 }
 
 TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {

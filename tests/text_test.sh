@@ -22,14 +22,15 @@ text="$root/tests/data/text"
 #    here with a normalizer. The fixtures are in NFC; one more document holds text that the
 #    normalizers change: combining marks out of canonical order, Hangul jamo, ligatures,
 #    full-width and circled forms, a chat marker next to a combining mark; another leading
-#    spaces, sentencepiece's added tokens and "▁" itself.
+#    spaces, sentencepiece's added tokens, "▁" itself and text for added tokens with lstrip, rstrip
+#    and single_word.
 "$lol" tokenizer train --input "$text" --vocab-size 600 --min-frequency 1 --out "$work/tk.json" 2>/dev/null
 node "$node_dir/tokenizer_reference.mjs" variants "$work/tk.json" "$work"
 mkdir -p "$work/text/forms"
 cp -r "$text"/. "$work/text/"
 printf 'Cafe\xcc\x81 a\xcc\x82\xcc\xa3 \xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8 \xef\xac\x81le \xef\xbc\xa1\xe2\x91\xa0 \xe2\x84\xab\n<|im_start|>\xcc\x81 <|im_end|>e\xcc\x81<|endoftext|>\xe1\xba\x9b\xcc\xa3\n' \
   > "$work/text/forms/a.txt"
-printf '  two spaces first <s>after a bos</s> and after an eos </s>\n\tA tab, \xe2\x96\x81 itself, \xf0\x9f\xa6\x80 <unk>\n' \
+printf '  two spaces first <s>after a bos</s> and after an eos </s>\n\tA tab, \xe2\x96\x81 itself, \xf0\x9f\xa6\x80 <unk>\na  <mask> b\xc2\xa0<mask>\xe3\x80\x80<|assistant|>  \n hello word words sword (word). word_ ahi  yo  z x ord\n' \
   > "$work/text/forms/b.txt"
 "$lol" tokenizer train --input "$work/text" --vocab-size 600 --min-frequency 1 --normalizer nfkc \
   --out "$work/nfkc.json" 2>/dev/null

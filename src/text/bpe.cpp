@@ -188,12 +188,19 @@ BpeTokenizer::BpeTokenizer(Model model, std::string name)
     LOL_CHECK(model_.tokens[t.id].empty() || model_.tokens[t.id] == t.content, name_,
               ": added token '", t.content, "' reuses id ", t.id);
   }
-  // Longest first, so that of two added tokens starting at one place the longer wins.
-  std::stable_sort(model_.added.begin(), model_.added.end(), [](const auto& x, const auto& y) {
-    return x.content.size() > y.content.size();
-  });
-  for (const auto& t : model_.added)
-    added_first_[t.normalized].set(static_cast<unsigned char>(t.content[0]));
+  // Normalized added tokens match the normalized content (with Llama-2's Prepend normalizer,
+  // "hi" matches "▁hi"). Longest first, so that of two added tokens starting at one place the
+  // longer wins.
+  for (const auto& t : model_.added) {
+    auto pattern = t.normalized ? model_.normalizer.apply(t.content) : t.content;
+    added_text_.emplace(t.id, pattern);
+    if (pattern.empty()) continue;
+    added_first_[t.normalized].set(static_cast<unsigned char>(pattern[0]));
+    added_match_[t.normalized].emplace_back(std::move(pattern), &t);
+  }
+  for (auto& list : added_match_)
+    std::stable_sort(list.begin(), list.end(),
+                     [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
   for (const auto& p : model_.patterns) splitters_.push_back(std::make_unique<RegexSplitter>(p));
   eos_ = named_token(model_.added, {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"});
   bos_ = named_token(model_.added, {"<|begin_of_text|>", "<|startoftext|>", "<s>", "<bos>"});
@@ -213,8 +220,7 @@ void BpeTokenizer::symbols(std::string_view pre_token, std::vector<int32_t>* sym
   bool unk_held = false;
   std::string ch;
   for (size_t i = 0; i < pre_token.size();) {
-    const auto lead = static_cast<unsigned char>(pre_token[i]);
-    const size_t len = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+    const size_t len = utf8_length(static_cast<unsigned char>(pre_token[i]));
     ch.assign(pre_token.substr(i, len));
     i += len;
     const auto it = by_bytes_.find(ch);
@@ -359,20 +365,38 @@ void BpeTokenizer::split_added(std::string_view text, bool normalized, std::vect
   size_t done = 0;  // start of the text not yet handed on
   if (first.any()) {
     for (size_t at = 0; at < text.size();) {
-      const AddedToken* hit = nullptr;
+      const std::pair<std::string, const AddedToken*>* hit = nullptr;
       if (first[static_cast<unsigned char>(text[at])])
-        for (const auto& t : model_.added)  // longest first
-          if (t.normalized == normalized && text.compare(at, t.content.size(), t.content) == 0) {
-            hit = &t;
+        for (const auto& m : added_match_[normalized])  // longest first
+          if (text.compare(at, m.first.size(), m.first) == 0) {
+            hit = &m;
             break;
           }
       if (!hit) {
         ++at;
         continue;
       }
-      plain(text.substr(done, at - done));
-      ids->push_back(hit->id);
-      done = at = at + hit->content.size();
+      const auto& t = *hit->second;
+      const size_t end = at + hit->first.size();
+      size_t start = at, stop = end;
+      const bool word_before =
+          at > 0 && word_character(code_point_at(text, previous_character(text, at)));
+      const bool word_after = end < text.size() && word_character(code_point_at(text, end));
+      if (t.single_word && (word_before || word_after)) {
+        at = end;  // the search goes on after it, as HF's does
+        continue;
+      }
+      while (t.lstrip && start > done) {
+        const auto prev = previous_character(text, start);
+        if (!white_space(code_point_at(text, prev))) break;
+        start = prev;
+      }
+      while (t.rstrip && stop < text.size() && white_space(code_point_at(text, stop)))
+        stop += utf8_length(static_cast<unsigned char>(text[stop]));
+      if (start > done) plain(text.substr(done, start - done));
+      ids->push_back(t.id);
+      done = std::max(done, stop);
+      at = end;
     }
   }
   plain(text.substr(done));
@@ -402,9 +426,12 @@ std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
 std::string BpeTokenizer::piece(int64_t id, bool first) const {
   LOL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " is outside the ", name_,
             " vocabulary [0, ", vocab_size(), ")");
-  const std::string* text = model_.tokens[id].empty() ? nullptr : &model_.tokens[id];
-  for (const auto& t : model_.added)
-    if (!text && t.id == id) text = &t.content;
+  // An added token is what it matches (HF keeps a normalized one's content normalized: with
+  // Llama-2's normalizer "hi" is "▁hi"), before the vocabulary's token of its id.
+  const auto added = added_text_.find(id);
+  const std::string* text = added != added_text_.end()  ? &added->second
+                            : model_.tokens[id].empty() ? nullptr
+                                                        : &model_.tokens[id];
   LOL_CHECK(text, "token id ", id, " is unused in ", name_);
   // Byte-level tokens are their bytes; text tokens (and, as in HF, added tokens among them)
   // go through the decoder chain.
@@ -434,9 +461,9 @@ json BpeTokenizer::to_json() const {
   for (const auto& t : by_id)
     added.push_back({{"id", t.id},
                      {"content", t.content},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
+                     {"single_word", t.single_word},
+                     {"lstrip", t.lstrip},
+                     {"rstrip", t.rstrip},
                      {"normalized", t.normalized},
                      {"special", t.special}});
   json pre_tokenizer, decoder;
@@ -597,14 +624,12 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const json& j, const std::
       LOL_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < id_limit &&
                     content.is_string() && !content.get<std::string>().empty(),
                 where, " needs an integer id in [0, ", id_limit, ") and a non-empty content");
-      for (const char* unsupported : {"lstrip", "rstrip", "single_word"})
-        LOL_CHECK(!flag(t, unsupported), where, ": ", unsupported, " is not supported");
       const auto i_id = id.get<int64_t>();
       if (i_id >= static_cast<int64_t>(m.tokens.size())) m.tokens.resize(i_id + 1);
       // HF's default: special tokens match the text as given, others the normalized text.
       const bool special = flag(t, "special");
-      m.added.push_back(
-          {i_id, content.get<std::string>(), special, flag(t, "normalized", !special)});
+      m.added.push_back({i_id, content.get<std::string>(), special, flag(t, "normalized", !special),
+                         flag(t, "lstrip"), flag(t, "rstrip"), flag(t, "single_word")});
       // An added token that is also in the vocabulary keeps its bytes there.
     }
   }

@@ -32,9 +32,12 @@ class BpeTokenizer : public Tokenizer {
     int64_t id;
     std::string content;
     bool special;
-    // Matched in the normalized text (HF's `normalized`); otherwise in the text as given,
-    // before normalization.
+    // Matched in the normalized text (HF's `normalized`, as the normalizer writes the
+    // content); otherwise in the text as given, before normalization.
     bool normalized = false;
+    // The whitespace on its left / right goes with it (HF's `lstrip` / `rstrip`); it matches
+    // only where no word character (`\w`) touches it on either side (`single_word`).
+    bool lstrip = false, rstrip = false, single_word = false;
   };
   // The pieces of the model; `merges[r]` is the pair of ids merged at rank r (lower ranks
   // first).
@@ -81,8 +84,9 @@ class BpeTokenizer : public Tokenizer {
   void merge(std::string_view pre_token, std::vector<int64_t>* ids) const;
 
  private:
-  // Added tokens of one kind (normalized or not) in `text`, leftmost and then longest first:
-  // each is appended to ids and the text between them goes to `plain`.
+  // Added tokens of one kind (normalized or not) in `text`, leftmost and then longest first
+  // (HF's leftmost-longest search, which goes on after a match it then drops for
+  // single_word): each is appended to ids and the text between them goes to `plain`.
   void split_added(std::string_view text, bool normalized, std::vector<int64_t>* ids,
                    const std::function<void(std::string_view)>& plain) const;
   // `at_start`: the text begins the input (Metaspace's "first" prepend scheme).
@@ -97,8 +101,12 @@ class BpeTokenizer : public Tokenizer {
   std::unordered_map<std::string, int32_t> by_bytes_;  // model pieces (not added tokens)
   // (left << 32 | right) -> (rank, merged id)
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merge_of_;
-  int32_t byte_id_[256];             // byte-level: each byte's token; else its <0xNN> token or -1
-  std::bitset<256> added_first_[2];  // first bytes of added tokens, [normalized]
+  int32_t byte_id_[256];  // byte-level: each byte's token; else its <0xNN> token or -1
+  // [normalized]: what each added token of the kind matches, longest first, and the first bytes
+  // of those.
+  std::vector<std::pair<std::string, const AddedToken*>> added_match_[2];
+  std::bitset<256> added_first_[2];
+  std::unordered_map<int64_t, std::string> added_text_;  // id -> what it matches
   std::optional<int64_t> eos_, bos_, pad_;
   uint64_t instance_ = 0;  // tells the per-thread word caches apart
 };

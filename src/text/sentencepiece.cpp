@@ -1,5 +1,6 @@
 #include "text/sentencepiece.h"
 
+#include "text/utf8.h"
 #include "util/error.h"
 
 namespace lol {
@@ -16,10 +17,8 @@ std::string string_field(const json& j, const char* key, const std::string& wher
 std::string one_character(const json& j, const char* key, const std::string& where,
                           const std::string& fallback) {
   const auto s = string_field(j, key, where, fallback);
-  const auto lead = s.empty() ? 0 : static_cast<unsigned char>(s[0]);
-  const size_t length = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
-  LOL_CHECK(!s.empty() && s.size() == length, where, ".", key, " must be one character, not \"", s,
-            "\"");
+  LOL_CHECK(!s.empty() && s.size() == utf8_length(static_cast<unsigned char>(s[0])), where, ".",
+            key, " must be one character, not \"", s, "\"");
   return s;
 }
 

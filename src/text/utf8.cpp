@@ -1,5 +1,7 @@
 #include "text/utf8.h"
 
+#include <utf8proc.h>
+
 namespace lol {
 
 bool valid_utf8(std::string_view text) {
@@ -43,6 +45,50 @@ size_t complete_utf8_prefix(std::string_view text) {
   const auto lead = static_cast<unsigned char>(text[n - 1 - back]);
   const size_t need = lead < 0x80 ? 1 : (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : 4;
   return back + 1 >= need ? n : n - 1 - back;
+}
+
+uint32_t code_point_at(std::string_view text, size_t at) {
+  const auto lead = static_cast<unsigned char>(text[at]);
+  const size_t len = utf8_length(lead);
+  uint32_t cp = len == 1 ? lead : lead & (0x7F >> len);
+  for (size_t k = 1; k < len; ++k)
+    cp = (cp << 6) | (static_cast<unsigned char>(text[at + k]) & 0x3F);
+  return cp;
+}
+
+size_t previous_character(std::string_view text, size_t at) {
+  do --at;
+  while (at > 0 && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80);
+  return at;
+}
+
+bool white_space(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+         cp == 0x205F || cp == 0x3000;
+}
+
+bool word_character(uint32_t cp) {
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC:
+      return true;
+    default:
+      // Join_Control, and the letters of Other_Alphabetic that are symbols (circled, squared
+      // and negative squared Latin letters).
+      return cp == 0x200C || cp == 0x200D || (cp >= 0x24B6 && cp <= 0x24E9) ||
+             (cp >= 0x1F130 && cp <= 0x1F149) || (cp >= 0x1F150 && cp <= 0x1F169) ||
+             (cp >= 0x1F170 && cp <= 0x1F189);
+  }
 }
 
 }  // namespace lol

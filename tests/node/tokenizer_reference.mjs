@@ -6,7 +6,8 @@
 //     writes variants of a tokenizer.json in the layouts other models ship: GPT-2's ByteLevel
 //     pre-tokenizer (its own regex, a prefix space, merges as "a b"), merges as pairs and
 //     ignore_merges (Llama-3), Qwen2's (an NFC normalizer, its own Split pattern before a
-//     ByteLevel without regex, chat markers as special tokens), a Sequence of NFKD and NFC
+//     ByteLevel without regex, chat markers as special tokens, added tokens with lstrip, rstrip
+//     and single_word), a Sequence of NFKD and NFC
 //     normalizers, and three sentencepiece-style layouts (Llama-2's, Mistral's, one with unknown
 //     characters: see sentencepieceLayouts).
 //   node tokenizer_reference.mjs compare TOKENIZER_JSON DOCS_JSONL
@@ -24,11 +25,26 @@ const [mode, tokenizerPath, target] = process.argv.slice(2);
 // text become text tokens (a space written "▁"), merges between them keep their order, and
 // <unk>, <s>, </s> and the 256 <0xNN> byte tokens come first, as in Llama-2's vocabulary.
 //   llama2: Llama-2's layout (normalizer Prepend "▁" and Replace " " by "▁", no pre-tokenizer,
-//           byte fallback, decoder Replace, ByteFallback, Fuse, Strip)
+//           byte fallback, decoder Replace, ByteFallback, Fuse, Strip), with flagged added
+//           tokens (withFlaggedTokens)
 //   mistral: Metaspace pre-tokenizer prepending only at the start (prepend_scheme "first", not
 //           split), no normalizer, the same decoder
 //   spm-unk: no byte fallback, so characters outside the vocabulary are <unk> (runs fused);
 //           Metaspace always prepending and splitting, and its decoder
+// Added tokens that take the whitespace beside them (lstrip, rstrip) or match only as a word of
+// their own (single_word), one of them normalized (so matched as the normalizer writes it).
+function withFlaggedTokens(j) {
+  let next = Math.max(...Object.values(j.model.vocab), ...j.added_tokens.map((t) => t.id)) + 1;
+  const add = (content, flags) => j.added_tokens.push({ id: next++, content, single_word: false,
+    lstrip: false, rstrip: false, normalized: false, special: false, ...flags });
+  add("<mask>", { lstrip: true });
+  add("<|assistant|>", { rstrip: true });
+  add("word", { single_word: true });
+  add("ord", {});
+  add("yo", { normalized: true, lstrip: true, rstrip: true });
+  return j;
+}
+
 function sentencepieceLayouts(base) {
   const toByte = new Map();
   let next = 256;
@@ -72,9 +88,9 @@ function sentencepieceLayouts(base) {
     version: "1.0", truncation: null, padding: null, added_tokens: added, normalizer, pre_tokenizer,
     post_processor: null, decoder, model: model(byteFallback, fuseUnk) });
   return {
-    llama2: layout({ type: "Sequence", normalizers: [
+    llama2: withFlaggedTokens(layout({ type: "Sequence", normalizers: [
       { type: "Prepend", prepend: "\u2581" },
-      { type: "Replace", pattern: { String: " " }, content: "\u2581" }] }, null, llamaDecoder, true, true),
+      { type: "Replace", pattern: { String: " " }, content: "\u2581" }] }, null, llamaDecoder, true, true)),
     mistral: layout(null, { type: "Metaspace", replacement: "\u2581", prepend_scheme: "first", split: false },
                     llamaDecoder, true, true),
     "spm-unk": layout(null, { type: "Metaspace", replacement: "\u2581", prepend_scheme: "always", split: true },
@@ -109,6 +125,7 @@ if (mode === "variants") {
   for (const content of ["<|im_start|>", "<|im_end|>"])
     qwen2.added_tokens.push({ id: next++, content, single_word: false, lstrip: false, rstrip: false,
                               normalized: false, special: true });
+  withFlaggedTokens(qwen2);
   const nfkd = structuredClone(base);
   nfkd.normalizer = { type: "Sequence", normalizers: [{ type: "NFKD" }, { type: "NFC" }] };
   for (const [name, layout] of Object.entries(sentencepieceLayouts(base)))
@@ -131,9 +148,11 @@ if (mode === "variants") {
   const normal = (text) => forms.reduce((t, f) => t.normalize(f), text);
   // Sentencepiece-style layouts decode to the text itself only where no character was unknown,
   // no added token put a "▁" after it, and no leading space was taken for the prepended one.
+  // Nor where an added token took the whitespace beside it (lstrip, rstrip).
   const sentencepiece = json.model.unk_token !== null;
   const special = new Set(json.added_tokens.map((t) => t.id));
-  const exact = (doc) => !prefix && !(sentencepiece &&
+  const stripping = new Set(json.added_tokens.filter((t) => t.lstrip || t.rstrip).map((t) => t.id));
+  const exact = (doc) => !prefix && !doc.ids.some((i) => stripping.has(i)) && !(sentencepiece &&
     (doc.ids.some((i) => special.has(i)) || /^\s/.test(doc.text)));
   let docs = 0, tokens = 0, bytes = 0, mismatches = 0, exactDocs = 0;
   const lines = createInterface({ input: createReadStream(target), crlfDelay: Infinity });
@@ -155,8 +174,12 @@ if (mode === "variants") {
     }
     const text = await tok.decode(doc.ids, false);
     if (text !== doc.decoded || (exact(doc) && text !== normal(doc.text))) {
-      if (++mismatches <= 3) console.error(`DECODE MISMATCH ${doc.source}: hf ${JSON.stringify(text.slice(0, 80))} ` +
-                                           `lol ${JSON.stringify(doc.decoded.slice(0, 80))}`);
+      let at = 0;
+      while (at < text.length && text[at] === doc.decoded[at]) ++at;
+      if (++mismatches <= 3)
+        console.error(`DECODE MISMATCH ${doc.source} at character ${at}: ` +
+                      `hf ${JSON.stringify(text.slice(Math.max(0, at - 20), at + 40))} ` +
+                      `lol ${JSON.stringify(doc.decoded.slice(Math.max(0, at - 20), at + 40))}`);
       continue;
     }
     exactDocs += exact(doc);
