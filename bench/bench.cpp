@@ -169,6 +169,7 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       for (auto w : d.workers)
         LOL_CHECK(d.grad_accum % w == 0, "--workers: ", w, " does not divide the ", d.grad_accum,
                   " micro-batches of a step");
+      d.threads_per_worker = global_options().threads;  // lol --threads N bench: N per worker
       d.output = o->output;
       bench::bench_dp(d);
       return;

@@ -1,11 +1,13 @@
 // lol bench --suite dp: data-parallel training with 1, 2, 4... local workers (docs/distributed.md):
 // tokens/s, seconds each rank spent in collectives per step, bytes all-reduced per step. Each
-// measurement is a short `lol train --nproc N` run whose metrics it reads.
+// measurement is a short `lol train --nproc N` run whose metrics it reads. Workers split this
+// machine's cores (what `lol train --nproc` does) unless `lol --threads T bench` gives each T.
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "bench_util.h"
 #include "suites.h"
@@ -21,14 +23,18 @@ void bench_dp(const DpBenchOptions& o) {
   const std::string program(self, static_cast<size_t>(n));
   const std::string dir = "/tmp/lol_bench_dp_" + std::to_string(::getpid());
   struct Row {
-    int64_t workers = 0;
+    int64_t workers = 0, threads = 0;
     double tokens_per_s = 0, comm_s = 0, step_s = 0, buckets = 0, overlapped = 0;
     int64_t bytes = 0;
   };
   std::vector<Row> rows;
   for (int64_t workers : o.workers) {
     const std::string out = dir + "/w" + std::to_string(workers);
-    std::string command = program + " train --preset " + o.preset;
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads = o.threads_per_worker > 0 ? o.threads_per_worker
+                                                 : std::max(1, cores / static_cast<int>(workers));
+    std::string command =
+        program + " --threads " + std::to_string(threads) + " train --preset " + o.preset;
     for (const auto& s : o.overrides) command += " --set " + s;
     command += " --data " + o.data + " --steps " + std::to_string(o.steps) +
                " --train-set seq_len=" + std::to_string(o.seq_len) +
@@ -53,6 +59,7 @@ void bench_dp(const DpBenchOptions& o) {
     LOL_CHECK(!tps.empty(), "bench dp: no metrics in ", out);
     Row r;
     r.workers = workers;
+    r.threads = threads;
     r.tokens_per_s = percentile(tps, 0.5);
     r.comm_s = percentile(comm, 0.5);
     r.bytes = static_cast<int64_t>(percentile(bytes, 0.5));
@@ -67,6 +74,7 @@ void bench_dp(const DpBenchOptions& o) {
     j.update({{"suite", "dp"}, {"preset", o.preset}, {"rows", json::array()}});
     for (const auto& r : rows)
       j["rows"].push_back({{"workers", r.workers},
+                           {"threads_per_worker", r.threads},
                            {"tokens_per_s", r.tokens_per_s},
                            {"step_seconds", r.step_s},
                            {"comm_seconds_per_step", r.comm_s},
@@ -81,14 +89,16 @@ void bench_dp(const DpBenchOptions& o) {
     std::cout << machine_lines(torch::kCPU) << " | " << o.preset << ", " << o.grad_accum
               << " micro-batches of " << o.batch << " x " << o.seq_len
               << " per step, median of steps 2.." << o.steps
-              << " | workers share this machine's cores\n\n";
+              << (o.threads_per_worker > 0 ? " | threads per worker set by --threads"
+                                           : " | workers split this machine's cores")
+              << "\n\n";
   Table table(md);
-  table.header({"workers", "tokens/s", "step s", "all-reduce wait s/step", "share", "MB/step",
-                "buckets in backward"},
+  table.header({"workers", "threads each", "tokens/s", "step s", "all-reduce wait s/step", "share",
+                "MB/step", "buckets in backward"},
                1);
   for (const auto& r : rows)
-    table.row({std::to_string(r.workers), fixed(r.tokens_per_s, 0), fixed(r.step_s, 2),
-               fixed(r.comm_s, 3), fixed(100 * r.comm_s / r.step_s, 1) + "%",
+    table.row({std::to_string(r.workers), std::to_string(r.threads), fixed(r.tokens_per_s, 0),
+               fixed(r.step_s, 2), fixed(r.comm_s, 3), fixed(100 * r.comm_s / r.step_s, 1) + "%",
                fixed(static_cast<double>(r.bytes) / 1e6, 1),
                r.workers > 1 ? fixed(r.overlapped, 0) + " / " + fixed(r.buckets, 0) : "-"});
 }

@@ -73,10 +73,11 @@ struct DpBenchOptions {
   std::vector<std::string> overrides;
   std::vector<int64_t> workers;  // one measurement each
   int64_t steps = 6, seq_len = 512, batch = 4, grad_accum = 4;
+  int threads_per_worker = 0;  // 0: the workers split this machine's cores
   std::string output = "md";
 };
 // Data-parallel training: tokens/s, time in all-reduce and bytes per step for each number of
-// local workers (short `lol train --nproc N` runs).
+// local workers (short `lol train --nproc N` runs), and the threads each worker ran with.
 void bench_dp(const DpBenchOptions& options);
 
 struct TokenizerBenchOptions {
