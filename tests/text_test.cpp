@@ -569,6 +569,39 @@ TEST(Bpe, SentencepieceUnknownCharactersAreFusedOrNotAndHeldBackAsHfHoldsThem) {
             (V{"▁", "<0x78>", "<unk>", "é", "▁ab"}));
 }
 
+// Without a pre-tokenizer a whole text is one pre-token; the tokenizer cuts it before each
+// run of "▁" when no token has "▁" after another character (no merge can cross such a cut).
+// A vocabulary with one such token (never reachable by a merge, so encodings cannot change) is
+// merged whole: both must agree on random text full of spaces, "▁" runs and unknown characters.
+TEST(Bpe, SentencepieceWordCutsLeaveEncodingsAsTheWholeTextGives) {
+  std::mt19937 rng(11);
+  const std::vector<std::string> atoms = {"a",      "b",          "h", "i",  " ",  "  ", "\u2581",
+                                          "\u00e9", "\U0001F980", "x", "\n", "ab", "hi", "</s>"};
+  for (const auto* layout : {"llama2", "first", "always"}) {
+    for (const bool fallback : {true, false}) {
+      auto j = sentencepiece_json(layout);
+      j["model"]["byte_fallback"] = fallback;
+      j["model"]["fuse_unk"] = !fallback;
+      const auto cut = BpeTokenizer::from_json(j, "cut");
+      j["model"]["vocab"]["h\u2581i"] = j["model"]["vocab"].size();
+      const auto whole = BpeTokenizer::from_json(j, "whole");
+      for (int n = 0; n < 300; ++n) {
+        std::string text;
+        for (int k = std::uniform_int_distribution<int>(1, 30)(rng); k > 0; --k)
+          text += atoms[std::uniform_int_distribution<size_t>(0, atoms.size() - 1)(rng)];
+        ASSERT_EQ(cut->encode(text), whole->encode(text)) << layout << ": '" << text << "'";
+      }
+    }
+  }
+  // A token with "▁" after a character that a merge reaches: no cuts, or "h i" would be cut
+  // into "▁h" and "▁i" and the first merge ("h ▁") lost.
+  auto j = sentencepiece_json("llama2");
+  j["model"]["vocab"]["h\u2581"] = j["model"]["vocab"].size();
+  j["model"]["merges"].insert(j["model"]["merges"].begin(), "h \u2581");
+  EXPECT_EQ(token_texts(*BpeTokenizer::from_json(j, "h_"), "h i"),
+            (std::vector<std::string>{"\u2581", "h\u2581", "i"}));
+}
+
 TEST(Bpe, SentencepieceStyleTokenizerJsonRoundTrips) {
   for (const auto* layout : {"llama2", "first", "always"}) {
     const auto t = BpeTokenizer::from_json(sentencepiece_json(layout), layout);

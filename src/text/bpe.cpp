@@ -202,6 +202,29 @@ BpeTokenizer::BpeTokenizer(Model model, std::string name)
     std::stable_sort(list.begin(), list.end(),
                      [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
   for (const auto& p : model_.patterns) splitters_.push_back(std::make_unique<RegexSplitter>(p));
+  if (!bytes)
+    for (int first = 0; first < 2; ++first) {
+      decoded_[first].resize(n);
+      for (int32_t id = 0; id < n; ++id)
+        if (const auto* text = token_text(id))
+          decoded_[first][id] = model_.decoder.apply(*text, first);
+    }
+  // Without a pre-tokenizer (Llama-2) or with an unsplit Metaspace, a whole text is one
+  // pre-token: slow to merge and never seen twice. Where no token has "▁" after another
+  // character, no merge can join a character to a "▁" run after it, so cutting the text before
+  // each such run leaves every merge, and so the result, as it was: the pieces are words that
+  // repeat (and are cached). Not with ignore_merges (a whole pre-token that is a token stays
+  // one), nor when "▁" is not itself a token (an unknown run would end at the cut).
+  if (!bytes && !model_.ignore_merges) {
+    const std::string c = model_.metaspace ? model_.metaspace->replacement : "\u2581";
+    bool cut = by_bytes_.count(c) > 0;
+    for (const auto& token : model_.tokens) {
+      size_t lead = 0;
+      while (token.compare(lead, c.size(), c) == 0) lead += c.size();
+      if (cut && token.find(c, lead) != std::string::npos) cut = false;
+    }
+    if (cut) word_cut_ = c;
+  }
   eos_ = named_token(model_.added, {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"});
   bos_ = named_token(model_.added, {"<|begin_of_text|>", "<|startoftext|>", "<s>", "<bos>"});
   pad_ = named_token(model_.added, {"<|pad|>", "<pad>"});
@@ -330,6 +353,20 @@ void BpeTokenizer::encode_plain(std::string_view text, bool at_start,
     for (auto p : pieces) s->split(p, &next);
     pieces.swap(next);
   }
+  if (!word_cut_.empty()) {  // see the constructor: no merge crosses these cuts
+    next.clear();
+    const auto& c = word_cut_;
+    for (auto p : pieces) {
+      size_t begin = 0;
+      for (size_t at = p.find(c, 1); at != std::string_view::npos; at = p.find(c, at + c.size())) {
+        if (at >= c.size() && p.compare(at - c.size(), c.size(), c) == 0) continue;  // in a run
+        if (at > begin) next.push_back(p.substr(begin, at - begin));
+        begin = at;
+      }
+      next.push_back(p.substr(begin));
+    }
+    pieces.swap(next);
+  }
   // Text repeats its words: each thread keeps the merges of the pre-tokens it has seen with
   // this tokenizer (bounded; cleared when full or when another tokenizer is used).
   struct WordCache {
@@ -423,19 +460,23 @@ std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
   return ids;
 }
 
-std::string BpeTokenizer::piece(int64_t id, bool first) const {
-  LOL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " is outside the ", name_,
-            " vocabulary [0, ", vocab_size(), ")");
+const std::string* BpeTokenizer::token_text(int64_t id) const {
   // An added token is what it matches (HF keeps a normalized one's content normalized: with
   // Llama-2's normalizer "hi" is "▁hi"), before the vocabulary's token of its id.
   const auto added = added_text_.find(id);
-  const std::string* text = added != added_text_.end()  ? &added->second
-                            : model_.tokens[id].empty() ? nullptr
-                                                        : &model_.tokens[id];
+  return added != added_text_.end()  ? &added->second
+         : model_.tokens[id].empty() ? nullptr
+                                     : &model_.tokens[id];
+}
+
+std::string BpeTokenizer::piece(int64_t id, bool first) const {
+  LOL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " is outside the ", name_,
+            " vocabulary [0, ", vocab_size(), ")");
+  const std::string* text = token_text(id);
   LOL_CHECK(text, "token id ", id, " is unused in ", name_);
   // Byte-level tokens are their bytes; text tokens (and, as in HF, added tokens among them)
-  // go through the decoder chain.
-  return model_.byte_level ? *text : model_.decoder.apply(*text, first);
+  // went through the decoder chain in the constructor.
+  return model_.byte_level ? *text : decoded_[first][id];
 }
 
 json BpeTokenizer::to_json() const {

@@ -94,6 +94,7 @@ class BpeTokenizer : public Tokenizer {
   // The base symbols of a pre-token: its bytes, or its characters (byte fallback, unknown).
   void symbols(std::string_view pre_token, std::vector<int32_t>* sym) const;
   void merge_long(const std::vector<int32_t>& symbols, std::vector<int64_t>* ids) const;
+  const std::string* token_text(int64_t id) const;  // null for an unused id
 
   Model model_;
   std::string name_;
@@ -107,6 +108,8 @@ class BpeTokenizer : public Tokenizer {
   std::vector<std::pair<std::string, const AddedToken*>> added_match_[2];
   std::bitset<256> added_first_[2];
   std::unordered_map<int64_t, std::string> added_text_;  // id -> what it matches
+  std::string word_cut_;  // sentencepiece-style: pre-tokens are cut before runs of this
+  std::vector<std::string> decoded_[2];  // sentencepiece-style: each id's piece, [first]
   std::optional<int64_t> eos_, bos_, pad_;
   uint64_t instance_ = 0;  // tells the per-thread word caches apart
 };

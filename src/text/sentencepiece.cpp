@@ -29,9 +29,19 @@ int64_t count_field(const json& j, const char* key, const std::string& where) {
   return j[key].get<int64_t>();
 }
 
+// In one pass (replacing in place would move the rest of a long text at every occurrence).
 void replace_all(std::string* text, const std::string& what, const std::string& by) {
-  for (size_t at = text->find(what); at != std::string::npos; at = text->find(what, at + by.size()))
-    text->replace(at, what.size(), by);
+  size_t at = text->find(what);
+  if (at == std::string::npos) return;
+  std::string out;
+  out.reserve(text->size() + text->size() / 4);
+  size_t done = 0;
+  for (; at != std::string::npos; at = text->find(what, done)) {
+    out.append(*text, done, at - done).append(by);
+    done = at + what.size();
+  }
+  out.append(*text, done, std::string::npos);
+  text->swap(out);
 }
 
 bool hex_digit(char c, int* value) {
