@@ -3,7 +3,9 @@
 // tokenizer.json save/load and its errors), sentencepiece-style BPE against the encodings HF's
 // tokenizers gives.
 #include <gtest/gtest.h>
+#include <utf8proc.h>
 
+#include <cstdlib>
 #include <map>
 #include <random>
 
@@ -277,6 +279,70 @@ TEST(Normalizer, UnicodeNormalFormsOfTheStandardsExamples) {
   const std::string with_nul("a\0e\u0301", 5);
   EXPECT_EQ(normalize(with_nul, nfc), std::string("a\0\u00e9", 4));
   EXPECT_EQ(normalize("plain ascii\n", nfkd), "plain ascii\n");
+}
+
+// The quick path of NFC and NFKC (pieces of characters that are their own normal form are
+// copied, inert characters cut the text) against utf8proc on the whole text: every character
+// of the first three planes alone and next to characters that compose or reorder with their
+// neighbours, and random text from a pool of such characters.
+std::string utf8proc_reference(const std::string& text, NormalForm form) {
+  const int options =
+      UTF8PROC_STABLE | UTF8PROC_COMPOSE | (form == NormalForm::kNfkc ? UTF8PROC_COMPAT : 0);
+  utf8proc_uint8_t* out = nullptr;
+  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                              static_cast<utf8proc_ssize_t>(text.size()), &out,
+                              static_cast<utf8proc_option_t>(options));
+  std::string result = n >= 0 ? std::string(reinterpret_cast<char*>(out), n) : "<error>";
+  std::free(out);
+  return result;
+}
+
+std::string utf8_of(uint32_t cp) {
+  utf8proc_uint8_t buf[4];
+  const auto n = utf8proc_encode_char(static_cast<utf8proc_int32_t>(cp), buf);
+  return std::string(reinterpret_cast<char*>(buf), n);
+}
+
+TEST(Normalizer, QuickPathAgreesWithUtf8procOnRandomText) {
+  // Neighbours: a starter that many marks compose with, a combining mark (reorders, composes),
+  // Hangul L and LV (compose with V and T jamo), a Kannada vowel sign (composes as second).
+  const std::vector<std::string> around = {"e",      "\u0301", "\u0323", "\u1100", "\uAC00",
+                                           "\u0CC6", "\u11A8", "\u1161", " "};
+  for (const auto form : {NormalForm::kNfc, NormalForm::kNfkc}) {
+    int checked = 0;
+    for (uint32_t cp = 0; cp < 0x30000; ++cp) {
+      if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+      const auto c = utf8_of(cp);
+      ASSERT_EQ(normalize("x" + c, form), utf8proc_reference("x" + c, form)) << std::hex << cp;
+      if (cp % 7 == 0 || (cp >= 0x300 && cp < 0x3400) || (cp >= 0xAC00 && cp < 0xAC40) ||
+          (cp >= 0xF900 && cp < 0x10000) || (cp >= 0x1D100 && cp < 0x1D200)) {
+        for (const auto& a : around) {
+          ASSERT_EQ(normalize(a + c + "z", form), utf8proc_reference(a + c + "z", form))
+              << std::hex << cp << " after " << a;
+          ASSERT_EQ(normalize("x" + c + a, form), utf8proc_reference("x" + c + a, form))
+              << std::hex << cp << " before " << a;
+        }
+      }
+      ++checked;
+    }
+    EXPECT_GT(checked, 190000);
+  }
+  std::vector<std::string> pool = {
+      "a",          "e",          "u",          "A",      "=",      "<",      " ",      "1",
+      ".",          "\u00e9",     "\u00fc",     "\u01d6", "\u1e9b", "\u212b", "\u2126", "\u0301",
+      "\u0304",     "\u0308",     "\u0323",     "\u0338", "\u0344", "\u0f73", "\u1100", "\u1161",
+      "\u11a8",     "\uac00",     "\uac01",     "\u0cc6", "\u0cc2", "\u0cd5", "\u0cca", "\u0bc6",
+      "\u0bbe",     "\u0915",     "\u093c",     "\u0958", "\ufb1d", "\ufb01", "\u2460", "\uff21",
+      "\u3392",     "\u00bd",     "\u03ac",     "\u1f71", "\u6771", "\u3099", "\u304b", "\u304c",
+      "\U0001F980", "\U0001D15E", "\U0002F800", "\u00a0", "\u2028", "\u0439", "\u0438", "\u0306"};
+  std::mt19937 rng(5);
+  for (int n = 0; n < 20000; ++n) {
+    std::string text;
+    for (int k = std::uniform_int_distribution<int>(1, 12)(rng); k > 0; --k)
+      text += pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
+    for (const auto form : {NormalForm::kNfc, NormalForm::kNfkc})
+      ASSERT_EQ(normalize(text, form), utf8proc_reference(text, form)) << text;
+  }
 }
 
 TEST(Normalizer, TokenizerJsonFormsAndSequencesRoundTrip) {

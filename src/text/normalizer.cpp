@@ -8,11 +8,82 @@
 #include <memory>
 #include <optional>
 
+#include "text/utf8.h"
 #include "util/error.h"
 
 namespace lol {
 
 namespace {
+
+// What the NFC / NFKC quick path needs to know of a character, from utf8proc's data read the
+// way its composition loop reads it (comb_index < 0x8000: can start a composition; >= 0x8000:
+// can end one; 0xFFFF: neither; Hangul composes by arithmetic, not through the tables).
+enum Quick : uint8_t {
+  kStable = 1,        // NFC: a run of such characters is its own NFC
+  kStableCompat = 2,  // NFKC: the same
+  kInert = 4,  // no normalization changes it, moves a mark across it or joins it to a neighbour
+};
+
+bool ends_composition(const utf8proc_property_t* p) {
+  return p->comb_index != UINT16_MAX && p->comb_index >= 0x8000;
+}
+
+// Whether the decomposition of `cp` (canonical, or compatibility with `compat`) composes back
+// to `cp` alone and starts with a starter that cannot join the character before it.
+bool recomposes(uint32_t cp, bool compat) {
+  utf8proc_int32_t parts[32];
+  int boundclass = 0;
+  const int options = UTF8PROC_DECOMPOSE | (compat ? UTF8PROC_COMPAT : 0);
+  const auto n = utf8proc_decompose_char(static_cast<utf8proc_int32_t>(cp), parts, 32,
+                                         static_cast<utf8proc_option_t>(options), &boundclass);
+  if (n < 1 || n > 32) return false;
+  const auto* head = utf8proc_get_property(parts[0]);
+  if (head->combining_class != 0 || ends_composition(head)) return false;
+  const auto m = utf8proc_normalize_utf32(
+      parts, n, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  return m == 1 && parts[0] == static_cast<utf8proc_int32_t>(cp);
+}
+
+uint8_t quick_bits(uint32_t cp) {
+  const auto* p = utf8proc_get_property(static_cast<utf8proc_int32_t>(cp));
+  const bool syllable = cp >= 0xAC00 && cp <= 0xD7A3;
+  const bool jamo = (cp >= 0x1100 && cp <= 0x11FF) || (cp >= 0xA960 && cp <= 0xA97F) ||
+                    (cp >= 0xD7B0 && cp <= 0xD7FF);
+  if (p->combining_class != 0 || ends_composition(p) || jamo) return 0;
+  if (syllable) return kStable | kStableCompat;  // composes back (a T jamo after it is not stable)
+  if (p->decomp_seqindex == UINT16_MAX)
+    return kStable | kStableCompat | (p->comb_index == UINT16_MAX ? kInert : 0);
+  uint8_t bits = 0;
+  if (p->decomp_type == 0 && recomposes(cp, false)) bits |= kStable;  // canonical only
+  if (recomposes(cp, true)) bits |= kStableCompat;
+  return bits;
+}
+
+// quick_bits of the Basic Multilingual Plane, made once; others are looked up as they come.
+uint8_t quick(uint32_t cp) {
+  static const auto table = [] {
+    std::vector<uint8_t> t(0x10000);
+    for (uint32_t c = 0; c < 0x10000; ++c) t[c] = c >= 0xD800 && c <= 0xDFFF ? 0 : quick_bits(c);
+    return t;
+  }();
+  return cp < 0x10000 ? table[cp] : quick_bits(cp);
+}
+
+std::string utf8proc_normal(std::string_view text, NormalForm form) {
+  int options = UTF8PROC_STABLE;
+  options |=
+      form == NormalForm::kNfc || form == NormalForm::kNfkc ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
+  if (form == NormalForm::kNfkc || form == NormalForm::kNfkd) options |= UTF8PROC_COMPAT;
+  utf8proc_uint8_t* out = nullptr;
+  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                              static_cast<utf8proc_ssize_t>(text.size()), &out,
+                              static_cast<utf8proc_option_t>(options));
+  const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
+  LOL_CHECK(n >= 0, "Unicode normalization (", normal_form_name(form),
+            ") failed: ", utf8proc_errmsg(n));
+  return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+}
+
 // The form named `name` exactly as tokenizer.json spells it ("NFC"), if any.
 std::optional<NormalForm> form_named(const std::string& name) {
   for (const auto form : {NormalForm::kNfc, NormalForm::kNfd, NormalForm::kNfkc, NormalForm::kNfkd})
@@ -89,18 +160,39 @@ std::string normalize(std::string_view text, NormalForm form) {
   // ASCII is its own normal form in all four: most text skips utf8proc entirely.
   if (std::all_of(text.begin(), text.end(), [](char c) { return (c & 0x80) == 0; }))
     return std::string(text);
-  int options = UTF8PROC_STABLE;
-  options |=
-      form == NormalForm::kNfc || form == NormalForm::kNfkc ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
-  if (form == NormalForm::kNfkc || form == NormalForm::kNfkd) options |= UTF8PROC_COMPAT;
-  utf8proc_uint8_t* out = nullptr;
-  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                              static_cast<utf8proc_ssize_t>(text.size()), &out,
-                              static_cast<utf8proc_option_t>(options));
-  const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
-  LOL_CHECK(n >= 0, "Unicode normalization (", normal_form_name(form),
-            ") failed: ", utf8proc_errmsg(n));
-  return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  if (form == NormalForm::kNfd || form == NormalForm::kNfkd) return utf8proc_normal(text, form);
+  // NFC and NFKC: inert characters (spaces, most punctuation, CJK ideographs, ...) cut the text
+  // into pieces whose normal forms concatenate to the text's; a piece of stable characters is
+  // its own normal form (Unicode's quick check, conservatively), the others go to utf8proc.
+  // Normalizer.QuickPathAgreesWithUtf8procOnRandomText holds it to utf8proc on the whole text.
+  const uint8_t stable = form == NormalForm::kNfc ? kStable : kStableCompat;
+  std::string out;
+  out.reserve(text.size() + text.size() / 8);
+  size_t piece = 0;
+  bool clean = true;
+  auto flush = [&](size_t end) {
+    const auto p = text.substr(piece, end - piece);
+    if (clean)
+      out.append(p);
+    else
+      out.append(utf8proc_normal(p, form));
+  };
+  for (size_t i = 0; i < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    const size_t len = utf8_length(lead);
+    const uint8_t bits = quick(lead < 0x80 ? lead : code_point_at(text, i));
+    if (bits & kInert) {
+      flush(i);
+      out.append(text.substr(i, len));
+      piece = i + len;
+      clean = true;
+    } else if (!(bits & stable)) {
+      clean = false;
+    }
+    i += len;
+  }
+  flush(text.size());
+  return out;
 }
 
 Normalizer::Normalizer(std::vector<NormalForm> forms) {
