@@ -10,6 +10,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "text/hf_json.h"
 #include "text/utf8.h"
 #include "util/error.h"
 #include "util/files.h"
@@ -95,18 +96,9 @@ bool flag(const json& j, const char* key, bool fallback = false) {
 
 // A pre_tokenizer entry into `model`: Split (Isolated, not inverted) and ByteLevel are the
 // pieces byte-level BPE tokenizers are made of, Metaspace the sentencepiece-style one.
-void read_pre_tokenizer(const json& p, const std::string& where, bool* byte_level_seen,
-                        BpeTokenizer::Model* model) {
-  LOL_CHECK(p.is_object() && p.contains("type") && p["type"].is_string(), where,
-            " needs a \"type\"");
-  const auto type = p["type"].get<std::string>();
-  if (type == "Sequence") {
-    const auto& list = field(p, "pretokenizers", where);
-    LOL_CHECK(list.is_array(), where, ".pretokenizers must be a list");
-    for (size_t i = 0; i < list.size(); ++i)
-      read_pre_tokenizer(list[i], where + ".pretokenizers[" + std::to_string(i) + "]",
-                         byte_level_seen, model);
-  } else if (type == "ByteLevel") {
+void read_pre_tokenizer(const json& p, const std::string& type, const std::string& where,
+                        bool* byte_level_seen, BpeTokenizer::Model* model) {
+  if (type == "ByteLevel") {
     *byte_level_seen = true;
     model->add_prefix_space = flag(p, "add_prefix_space");
     if (flag(p, "use_regex", true)) model->patterns.push_back(kGpt2Pattern);
@@ -581,7 +573,10 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const json& j, const std::
   // (sentencepiece-style), read with the decoder that turns them back into text.
   bool byte_level_seen = false;
   if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null())
-    read_pre_tokenizer(j["pre_tokenizer"], name + ": pre_tokenizer", &byte_level_seen, &m);
+    for_each_component(j["pre_tokenizer"], name + ": pre_tokenizer", "pretokenizers",
+                       [&](const json& c, const std::string& kind, const std::string& at) {
+                         read_pre_tokenizer(c, kind, at, &byte_level_seen, &m);
+                       });
   m.byte_level = byte_level_seen;
   LOL_CHECK(!byte_level_seen || !m.metaspace, name,
             ": pre_tokenizer has both ByteLevel and Metaspace");

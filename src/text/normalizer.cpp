@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "text/hf_json.h"
 #include "text/utf8.h"
 #include "util/error.h"
 
@@ -96,18 +97,8 @@ std::string string_field(const json& j, const char* key, const std::string& wher
   return j[key].get<std::string>();
 }
 
-void read(const json& j, const std::string& where, std::vector<Normalizer::Step>* steps) {
-  LOL_CHECK(j.is_object() && j.contains("type") && j["type"].is_string(), where,
-            " needs a \"type\"");
-  const auto type = j["type"].get<std::string>();
-  if (type == "Sequence") {
-    LOL_CHECK(j.contains("normalizers") && j["normalizers"].is_array(), where,
-              ".normalizers must be a list");
-    const auto& list = j["normalizers"];
-    for (size_t i = 0; i < list.size(); ++i)
-      read(list[i], where + ".normalizers[" + std::to_string(i) + "]", steps);
-    return;
-  }
+void read(const json& j, const std::string& type, const std::string& where,
+          std::vector<Normalizer::Step>* steps) {
   Normalizer::Step step;
   if (type == "Prepend") {
     step.kind = Normalizer::Step::kPrepend;
@@ -201,7 +192,11 @@ Normalizer::Normalizer(std::vector<NormalForm> forms) {
 
 Normalizer Normalizer::from_json(const json& j, const std::string& where) {
   Normalizer n;
-  if (!j.is_null()) read(j, where, &n.steps_);
+  if (!j.is_null())
+    for_each_component(j, where, "normalizers",
+                       [&](const json& c, const std::string& type, const std::string& at) {
+                         read(c, type, at, &n.steps_);
+                       });
   return n;
 }
 

@@ -1,5 +1,6 @@
 #include "text/sentencepiece.h"
 
+#include "text/hf_json.h"
 #include "text/utf8.h"
 #include "util/error.h"
 
@@ -115,22 +116,16 @@ void Metaspace::split_pieces(std::string_view text, std::vector<std::string_view
 TokenDecoder TokenDecoder::from_json(const json& j, const std::string& where) {
   TokenDecoder d;
   bool fused = false;
-  if (!j.is_null()) d.read(j, where, &fused);
+  if (!j.is_null())
+    for_each_component(j, where, "decoders",
+                       [&](const json& c, const std::string& type, const std::string& at) {
+                         d.read(c, type, at, &fused);
+                       });
   return d;
 }
 
-void TokenDecoder::read(const json& j, const std::string& where, bool* fused) {
-  LOL_CHECK(j.is_object() && j.contains("type") && j["type"].is_string(), where,
-            " needs a \"type\"");
-  const auto type = j["type"].get<std::string>();
-  if (type == "Sequence") {
-    LOL_CHECK(j.contains("decoders") && j["decoders"].is_array(), where,
-              ".decoders must be a list");
-    const auto& list = j["decoders"];
-    for (size_t i = 0; i < list.size(); ++i)
-      read(list[i], where + ".decoders[" + std::to_string(i) + "]", fused);
-    return;
-  }
+void TokenDecoder::read(const json& j, const std::string& type, const std::string& where,
+                        bool* fused) {
   Step s{};
   LOL_CHECK(!*fused || type == "Strip" || type == "Fuse", where, ": a ", type,
             " decoder after a Fuse is not supported (only a Strip)");

@@ -51,7 +51,7 @@ class TokenDecoder {
     Metaspace metaspace;          // kMetaspace
     bool fused = false;           // kStrip: after a Fuse, so applied to the whole text
   };
-  void read(const json& j, const std::string& where, bool* fused);
+  void read(const json& j, const std::string& type, const std::string& where, bool* fused);
   std::vector<Step> steps_;
 };
 

@@ -1,0 +1,18 @@
+#pragma once
+// Reading the components of a Hugging Face tokenizer.json (normalizer, pre_tokenizer,
+// decoder): each is {"type": T, ...}, or {"type": "Sequence", LIST: [...]} of them.
+#include <functional>
+#include <string>
+
+#include "util/json.h"
+
+namespace lol {
+
+// Calls `each(component, type, where)` for `j`, or for each component of a Sequence in order
+// (nested Sequences flattened; `where` then names the element, "where.LIST[i]"). A component
+// without a string "type", or a Sequence without its LIST, throws naming `where`.
+void for_each_component(
+    const json& j, const std::string& where, const char* list,
+    const std::function<void(const json&, const std::string&, const std::string&)>& each);
+
+}  // namespace lol
