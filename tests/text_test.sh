@@ -39,6 +39,13 @@ for v in tk gpt2 llama3 qwen2 nfkd nfkc llama2 mistral spm-unk; do
   "$lol" tokenizer encode --tokenizer "$work/$v.json" --input "$work/text" > "$work/$v.jsonl"
   node "$node_dir/tokenizer_reference.mjs" compare "$work/$v.json" "$work/$v.jsonl"
 done
+"$lol" tokenizer info --tokenizer "$work/llama2.json" > "$work/info.txt"
+grep -q "^kind *sentencepiece-style BPE" "$work/info.txt" || fail "tokenizer info: $(cat "$work/info.txt")"
+grep -q "^word cuts *before each run of" "$work/info.txt" || fail "tokenizer info: no word cuts"
+"$lol" tokenizer info --tokenizer "$work/qwen2.json" --json |
+  node -e 'const d = JSON.parse(require("fs").readFileSync(0, "utf8"));
+           if (d.kind !== "byte-level BPE" || d.normalizer.type !== "NFC" || d.cut_before !== null) process.exit(1);' ||
+  fail "tokenizer info --json of the Qwen2 layout"
 ids=$("$lol" tokenizer encode --tokenizer "$work/tk.json" --text "Grüße, мир! 東京")
 back=$("$lol" tokenizer decode --tokenizer "$work/tk.json" --ids "$ids")
 [ "$back" = "Grüße, мир! 東京" ] || fail "encode/decode round trip gave '$back'"

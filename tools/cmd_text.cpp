@@ -1,4 +1,5 @@
-// lol tokenizer train|encode|decode and lol corpus build: text in and out of token ids.
+// lol tokenizer train|encode|decode|info and lol corpus build: text in and out of token ids.
+#include <iomanip>
 #include <iostream>
 #include <iterator>
 
@@ -41,7 +42,10 @@ void print_summary(const CorpusSummary& s) {
 }  // namespace
 
 void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
-  auto* cmd = app.add_subcommand("tokenizer", "train, and encode or decode with, a byte-level BPE");
+  auto* cmd = app.add_subcommand(
+      "tokenizer",
+      "train a byte-level BPE; encode, decode with or describe a BPE tokenizer.json (byte-level "
+      "or sentencepiece-style)");
 
   struct TrainOpts {
     std::string input, out, normalizer = "none";
@@ -124,6 +128,52 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
     const auto tok = BpeTokenizer::load(d->tokenizer);
     const auto ids = parse_int_list("--ids", d->ids.empty() ? read_stdin() : d->ids);
     std::cout << tok->decode(ids);
+  });
+  struct InfoOpts {
+    std::string tokenizer;
+    bool json = false;
+  };
+  auto i = std::make_shared<InfoOpts>();
+  auto* info = cmd->add_subcommand("info", "what a tokenizer.json holds and how it will encode");
+  info->add_option("--tokenizer", i->tokenizer, "tokenizer.json")->required();
+  info->add_flag("--json", i->json, "one JSON object instead of lines");
+  commands.emplace_back(info, [i] {
+    const auto desc = BpeTokenizer::load(i->tokenizer)->describe();
+    if (i->json) {
+      std::cout << json_text(desc) << "\n";
+      return;
+    }
+    auto line = [](const char* name, const json& value) {
+      std::cout << std::left << std::setw(15) << name
+                << (value.is_string() ? value.get<std::string>() : json_text(value)) << "\n";
+    };
+    line("kind", desc["kind"]);
+    line("vocabulary", std::to_string(desc["vocab_size"].get<int64_t>()) +
+                           " ids: " + std::to_string(desc["model_tokens"].get<int64_t>()) +
+                           " model tokens, " + std::to_string(desc["added_tokens"].size()) +
+                           " added; " + std::to_string(desc["merges"].get<int64_t>()) + " merges");
+    for (const char* part : {"normalizer", "pre_tokenizer", "decoder"}) line(part, desc[part]);
+    if (desc["kind"] != "byte-level BPE") {
+      line("byte fallback", desc["byte_fallback"].get<bool>() ? "yes" : "no");
+      line("unknown token", desc["unknown_token"].is_null()
+                                ? std::string("none")
+                                : desc["unknown_token"].get<std::string>() +
+                                      (desc["fuse_unk"].get<bool>() ? " (runs fused)" : ""));
+      line("word cuts", desc["cut_before"].is_null()
+                            ? std::string("none (a token has the space mark after a character)")
+                            : "before each run of " + desc["cut_before"].get<std::string>());
+    }
+    for (const char* special : {"bos", "eos", "pad"}) line(special, desc[special]);
+    std::string added;
+    for (const auto& token : desc["added_tokens"]) {
+      std::string flags;
+      for (const char* f : {"special", "normalized", "lstrip", "rstrip", "single_word"})
+        if (token[f].get<bool>()) flags += std::string(flags.empty() ? "" : ",") + f;
+      added += (added.empty() ? "" : " ") + json_text(token["content"]) + "=" +
+               std::to_string(token["id"].get<int64_t>()) +
+               (flags.empty() ? "" : "[" + flags + "]");
+    }
+    line("added tokens", added.empty() ? std::string("none") : added);
   });
   cmd->require_subcommand(1);
 }

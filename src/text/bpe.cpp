@@ -408,10 +408,9 @@ void BpeTokenizer::split_added(std::string_view text, bool normalized, std::vect
       const auto& t = *hit->second;
       const size_t end = at + hit->first.size();
       size_t start = at, stop = end;
-      const bool word_before =
-          at > 0 && word_character(code_point_at(text, previous_character(text, at)));
-      const bool word_after = end < text.size() && word_character(code_point_at(text, end));
-      if (t.single_word && (word_before || word_after)) {
+      if (t.single_word &&
+          ((at > 0 && word_character(code_point_at(text, previous_character(text, at)))) ||
+           (end < text.size() && word_character(code_point_at(text, end))))) {
         at = end;  // the search goes on after it, as HF's does
         continue;
       }
@@ -469,6 +468,29 @@ std::string BpeTokenizer::piece(int64_t id, bool first) const {
   // Byte-level tokens are their bytes; text tokens (and, as in HF, added tokens among them)
   // went through the decoder chain in the constructor.
   return model_.byte_level ? *text : decoded_[first][id];
+}
+
+json BpeTokenizer::describe() const {
+  const auto j = to_json();
+  json added = json::array();
+  for (const auto& t : j["added_tokens"]) added.push_back(t);
+  auto id_or_null = [](const std::optional<int64_t>& id) { return id ? json(*id) : json(nullptr); };
+  return {{"kind", model_.byte_level ? "byte-level BPE" : "sentencepiece-style BPE"},
+          {"vocab_size", vocab_size()},
+          {"model_tokens", j["model"]["vocab"].size()},
+          {"merges", model_.merges.size()},
+          {"added_tokens", added},
+          {"normalizer", j["normalizer"]},
+          {"pre_tokenizer", j["pre_tokenizer"]},
+          {"decoder", j["decoder"]},
+          {"byte_fallback", model_.byte_fallback},
+          {"unknown_token", model_.unk ? json(model_.tokens[*model_.unk]) : json(nullptr)},
+          {"fuse_unk", model_.fuse_unk},
+          {"ignore_merges", model_.ignore_merges},
+          {"cut_before", word_cut_.empty() ? json(nullptr) : json(word_cut_)},
+          {"bos", id_or_null(bos_)},
+          {"eos", id_or_null(eos_)},
+          {"pad", id_or_null(pad_)}};
 }
 
 json BpeTokenizer::to_json() const {

@@ -80,6 +80,9 @@ class BpeTokenizer : public Tokenizer {
   std::optional<int64_t> pad() const override { return pad_; }
 
   const Model& model() const { return model_; }
+  // What was read and how it will encode (`lol tokenizer info`): kind, sizes, normalizer,
+  // pre-tokenizer, decoder, unknown token, special tokens, whether texts are cut into words.
+  json describe() const;
   // The ids of one pre-token after the merges (no added tokens, no splitting).
   void merge(std::string_view pre_token, std::vector<int64_t>* ids) const;
 
