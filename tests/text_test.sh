@@ -61,6 +61,19 @@ for f in tokenizer.json corpus.json train.shard val.shard test.shard train.docs.
   cmp -s "$work/c1/$f" "$work/c2/$f" || fail "rebuilt corpus differs in $f"
 done
 grep -q "^ru " "$work/summary.txt" || fail "no ru row in the corpus summary"
+# The bytes a corpus counts are its documents' bytes whatever the tokenizer: the byte-level
+# tokenizer and its Llama-2 layout (whose "▁" prepended to each document is no byte of it) agree.
+for v in tk llama2; do
+  "$lol" corpus build --input "$text" --tokenizer "$work/$v.json" --out "$work/bytes-$v" \
+    --val 0.2 --test 0.1 --chunk-tokens 64 > /dev/null 2>&1 || fail "corpus build with $v.json failed"
+done
+node -e '
+const fs = require("fs");
+const bytes = (dir) => JSON.stringify(Object.entries(JSON.parse(fs.readFileSync(dir + "/corpus.json", "utf8")).labels)
+  .map(([label, splits]) => [label, Object.entries(splits).map(([split, c]) => [split, c.bytes])]));
+const [a, b] = [bytes(process.argv[1]), bytes(process.argv[2])];
+if (a !== b) { console.error("corpus bytes differ by tokenizer:\n" + a + "\n" + b); process.exit(1); }
+' "$work/bytes-tk" "$work/bytes-llama2"
 
 # 3. A text model: train on corpus:DIR, the run keeps the tokenizer, eval per label, generate.
 "$lol" train --preset tiny --set vocab_size=400 --data "corpus:$work/c1" --steps 30 \

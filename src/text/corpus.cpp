@@ -223,9 +223,12 @@ CorpusSummary build_corpus(const CorpusOptions& o,
     for (size_t at = 0; at < ids.size(); at += o.chunk_tokens) {
       const auto end = std::min(ids.size(), at + static_cast<size_t>(o.chunk_tokens));
       std::vector<int64_t> chunk(ids.begin() + at, ids.begin() + end);
+      // The bytes of the document text the chunk decodes to: its first token decodes as a
+      // text's first (a sentencepiece-style tokenizer's prepended "▁" is no byte of it), and
+      // the <|endoftext|> appended has none (one written in the text has its own).
       int64_t bytes = 0;
-      for (auto id : chunk)
-        if (id != *eos) bytes += static_cast<int64_t>(tokenizer->piece(id, false).size());
+      for (size_t k = 0; k < chunk.size() && at + k + 1 < ids.size(); ++k)
+        bytes += static_cast<int64_t>(tokenizer->piece(chunk[k], at + k == 0).size());
       chunked[i].chunk_bytes.push_back(bytes);
       chunked[i].chunks.push_back(std::move(chunk));
     }
