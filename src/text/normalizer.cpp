@@ -147,6 +147,10 @@ const char* normal_form_name(NormalForm form) {
   return "?";
 }
 
+std::string normalize_whole(std::string_view text, NormalForm form) {
+  return utf8proc_normal(text, form);
+}
+
 std::string normalize(std::string_view text, NormalForm form) {
   // ASCII is its own normal form in all four: most text skips utf8proc entirely.
   if (std::all_of(text.begin(), text.end(), [](char c) { return (c & 0x80) == 0; }))

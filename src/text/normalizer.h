@@ -19,6 +19,9 @@ enum class NormalForm { kNfc, kNfd, kNfkc, kNfkd };
 const char* normal_form_name(NormalForm form);
 // `text` (valid UTF-8, not checked) in normal form `form`.
 std::string normalize(std::string_view text, NormalForm form);
+// The same by utf8proc on the whole text, without normalize()'s quick path for NFC and NFKC:
+// the slow reference the tests and the fuzzer hold normalize() to.
+std::string normalize_whole(std::string_view text, NormalForm form);
 
 // A sequence of steps applied in order; empty: text is left as it is.
 class Normalizer {
