@@ -11,6 +11,7 @@ packages=(
   libcli11-dev            # command-line parsing of the lol tool
   libpcre2-dev            # the tokenizers' pre-tokenizer regular expressions (Unicode, JIT)
   libutf8proc-dev         # Unicode normal forms (NFC...) of a tokenizer.json's normalizer
+  sentencepiece           # spm_train: the Unigram models tests/text_test.sh converts and compares
   groff-base python3      # the built-in text corpus: man pages rendered, text extracted
   libgtest-dev libgmock-dev  # test suite
   clang-format            # the format check of scripts/test.sh (.clang-format)

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <random>
+#include <set>
 
 #include "text/bpe.h"
 #include "text/normalizer.h"
@@ -218,7 +221,7 @@ TEST(Bpe, MergeLoopsAgreeWithTheTextbookAlgorithm) {
   }
   for (const auto& w : words) {
     std::vector<int64_t> ids;
-    t->merge(w, &ids);
+    t->encode_word(w, &ids);
     std::vector<std::string> got;
     for (auto id : ids) got.push_back(t->piece(id, false));
     EXPECT_EQ(got, textbook_bpe(w, rank)) << w;
@@ -692,6 +695,200 @@ TEST(Bpe, NormalizedAddedTokensMatchTheirNormalizedContent) {
   EXPECT_EQ(t->piece(id, false), " hi");
 }
 
+// Unigram (converted sentencepiece models). The example of HF's own documentation, and a
+// layout as HF's converter writes it (Strip the right end, Replace / {2,}/ by "▁", Metaspace
+// always prepending), with byte fallback and without: ids and decodings that HF's tokenizers
+// 0.23 gave for these files.
+json unigram_json(bool byte_fallback) {
+  json vocab = json::array(
+      {json::array({"<unk>", 0.0}), json::array({"<s>", 0.0}), json::array({"</s>", 0.0})});
+  static const char* hex = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b)
+    vocab.push_back(json::array({std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">", 0.0}));
+  const std::vector<std::pair<const char*, double>> pieces = {
+      {"▁", -2.0},   {"▁the", -3.1}, {"the", -4.2}, {"▁a", -3.5}, {"a", -4.0},
+      {"b", -4.5},   {"c", -4.6},    {"▁b", -5.0},  {"ab", -5.5}, {"bc", -5.25},
+      {"abc", -7.0}, {"▁ab", -6.0},  {"t", -5.1},   {"h", -5.2},  {"e", -5.3},
+      {"é", -6.5},   {"x", -7.7},    {"xy", -30.0}, {"y", -8.0},  {".", -4.4},
+      {"▁▁", -9.0},  {"s", -4.9},    {"▁s", -5.9},  {"he", -6.1}, {"▁th", -6.2}};
+  for (const auto& [p, score] : pieces) vocab.push_back(json::array({p, score}));
+  json added = json::array();
+  for (int id = 0; id < 3; ++id)
+    added.push_back(
+        {{"id", id}, {"content", vocab[id][0]}, {"special", true}, {"normalized", false}});
+  const json meta = {
+      {"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "always"}, {"split", true}};
+  json j = {
+      {"added_tokens", added},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Strip"}, {"strip_left", false}, {"strip_right", true}},
+          {{"type", "Replace"}, {"pattern", {{"Regex", " {2,}"}}}, {"content", "▁"}}}}}},
+      {"pre_tokenizer", meta},
+      {"decoder", meta},
+      {"model",
+       {{"type", "Unigram"}, {"unk_id", 0}, {"vocab", vocab}, {"byte_fallback", byte_fallback}}}};
+  if (byte_fallback)
+    j["decoder"] = {{"type", "Sequence"},
+                    {"decoders",
+                     {{{"type", "Replace"}, {"pattern", {{"String", "▁"}}}, {"content", " "}},
+                      {{"type", "ByteFallback"}},
+                      {{"type", "Fuse"}},
+                      {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+  return j;
+}
+
+TEST(Unigram, EncodesAndDecodesAsHfDoes) {
+  using Ids = std::vector<int64_t>;
+  // HF's documented example: "abcd" (10) beats "abc" + "d" (5); unknown "xx" is one <unk>.
+  const json docs = json::parse(R"({"model": {"type": "Unigram", "unk_id": 0, "vocab": [
+      ["<unk>", 0], ["a", 0], ["b", 0], ["c", 0], ["d", 0], ["cd", 1], ["ab", 2], ["abc", 5],
+      ["abcd", 10]]}})");
+  const auto example = BpeTokenizer::from_json(docs, "example");
+  EXPECT_EQ(example->encode("abcdacdxx"), (Ids{8, 1, 5, 0}));
+  EXPECT_EQ(example->encode("xaxbx"), (Ids{0, 1, 0, 2, 0}));
+  EXPECT_EQ(example->encode("dcba"), (Ids{4, 3, 2, 1}));
+  EXPECT_TRUE(example->encode("").empty());
+  struct Case {
+    std::string text;
+    Ids ids;
+    std::string decoded;
+  };
+  const std::vector<Case> with_bytes = {
+      {"the abc", {260, 262, 268}, "the abc"},
+      // Strip takes the end's spaces, each run of spaces becomes one "▁"; "z" falls back to its
+      // byte; "xy" (-30) loses to "x" + "y" (-15.7).
+      {"  thé  xyz  bc  ", {283, 274, 259, 275, 277, 125, 259, 268}, "thé xyz bc"},
+      {"ab😀c xy", {270, 243, 162, 155, 131, 265, 259, 275, 277}, "ab😀c xy"},
+      {"</s>the<s> s.s", {2, 260, 1, 281, 278, 280}, "</s> the<s> s.s"},
+      {"x", {259, 275}, "x"},
+      {"the  the   ", {260, 260}, "the the"},
+      {"zzé", {259, 125, 125, 274}, "zzé"},
+  };
+  const std::vector<Case> without = {
+      {"the abc", {260, 262, 268}, "the abc"},
+      {"  thé  xyz  bc  ", {283, 274, 259, 275, 277, 0, 259, 268}, "thé xy<unk> bc"},
+      {"ab😀c xy", {270, 0, 265, 259, 275, 277}, "ab<unk>c xy"},
+      {"</s>the<s> s.s", {2, 260, 1, 281, 278, 280}, "</s> the<s> s.s"},
+      {"zzé", {259, 0, 274}, "<unk>é"},  // "zz" fused into one <unk>
+  };
+  for (const bool bytes : {true, false}) {
+    const auto t = BpeTokenizer::from_json(unigram_json(bytes), "unigram");
+    for (const auto& c : bytes ? with_bytes : without) {
+      EXPECT_EQ(t->encode(c.text), c.ids) << bytes << ": '" << c.text << "'";
+      EXPECT_EQ(t->decode(c.ids), c.decoded) << bytes << ": '" << c.text << "'";
+    }
+    // Saved and loaded again: the same model, the same encodings.
+    const auto again = BpeTokenizer::from_json(t->to_json(), "again");
+    EXPECT_EQ(again->to_json(), t->to_json());
+    EXPECT_EQ(again->encode("  thé  xyz  bc  "), t->encode("  thé  xyz  bc  "));
+    EXPECT_EQ(t->describe()["kind"], "Unigram");
+  }
+}
+
+// The slow, obviously correct Unigram: every segmentation of the text into vocabulary tokens
+// (and unknown characters where no token is that character alone), scored by summing from the
+// left as the Viterbi does, the one of highest score; among equal scores (the same tokens in
+// another order) the one whose last token starts earliest, then the one before it, as the
+// Viterbi keeps the first candidate offered at each position. Unknown runs fused.
+std::vector<int64_t> best_segmentation(const std::string& text,
+                                       const std::vector<std::pair<std::string, double>>& vocab) {
+  const double unk_score =
+      std::min_element(vocab.begin(), vocab.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; })
+          ->second -
+      10;
+  double best = -1e300;
+  std::vector<int64_t> best_ids, ids;
+  std::vector<size_t> best_starts, starts;  // token starts, last first
+  std::function<void(size_t, double)> walk = [&](size_t at, double score) {
+    if (at == text.size()) {
+      const std::vector<size_t> back(starts.rbegin(), starts.rend());
+      if (score > best || (score == best && back < best_starts))
+        best = score, best_ids = ids, best_starts = back;
+      return;
+    }
+    bool single = false;
+    auto take = [&](int64_t id, size_t length, double s) {
+      ids.push_back(id), starts.push_back(at);
+      walk(at + length, score + s);
+      ids.pop_back(), starts.pop_back();
+    };
+    for (size_t id = 1; id < vocab.size(); ++id)
+      if (text.compare(at, vocab[id].first.size(), vocab[id].first) == 0) {
+        single = single || vocab[id].first.size() == 1;
+        take(static_cast<int64_t>(id), vocab[id].first.size(), vocab[id].second);
+      }
+    if (!single) take(0, 1, unk_score);
+  };
+  walk(0, 0.0);
+  std::vector<int64_t> fused;
+  for (const auto id : best_ids)
+    if (id != 0 || fused.empty() || fused.back() != 0) fused.push_back(id);
+  return fused;
+}
+
+TEST(Unigram, ViterbiFindsTheSegmentationOfHighestScore) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> score(-12.0, -0.5);
+  int compared = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    // Tokens of one to four letters over "abcde" ("e" is never a token alone, so it is
+    // unknown unless a longer token covers it); scores continuous, so segmentations tie only
+    // when they hold the same tokens.
+    std::vector<std::pair<std::string, double>> vocab = {{"<unk>", 0.0}};
+    std::set<std::string> seen;
+    for (const char* c : {"a", "b", "c", "d"}) vocab.emplace_back(c, score(rng)), seen.insert(c);
+    while (vocab.size() < 24) {
+      std::string token(1 + rng() % 4, 'a');
+      for (auto& ch : token) ch = "abcde"[rng() % 5];
+      if (token.size() > 1 && seen.insert(token).second) vocab.emplace_back(token, score(rng));
+    }
+    json list = json::array();
+    for (const auto& [t, sc] : vocab) list.push_back(json::array({t, sc}));
+    const auto tokenizer = BpeTokenizer::from_json(
+        {{"model", {{"type", "Unigram"}, {"unk_id", 0}, {"vocab", list}}}}, "random");
+    for (int k = 0; k < 25; ++k) {
+      std::string text(1 + rng() % 12, 'a');
+      for (auto& ch : text) ch = "abcde"[rng() % 5];
+      ASSERT_EQ(tokenizer->encode(text), best_segmentation(text, vocab)) << text;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 1000);
+}
+
+TEST(Unigram, BrokenModelsAndUnknownTextWithoutAnUnknownTokenAreOneClearError) {
+  auto expect_error = [](const json& j, const std::string& needle, const std::string& text = "") {
+    try {
+      const auto t = BpeTokenizer::from_json(j, "u.json");
+      t->encode(text);
+      ADD_FAILURE() << "no error; expected one with " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  auto j = unigram_json(true);
+  j["model"]["vocab"][5] = json::array({"a", "high"});
+  expect_error(j, "model.vocab[5] is not [\"token\", score]");
+  j = unigram_json(true);
+  j["model"]["vocab"] = json::object();
+  expect_error(j, "a Unigram model.vocab must be a non-empty list");
+  j = unigram_json(true);
+  j["model"]["unk_id"] = 10000;
+  expect_error(j, "model.unk_id is not an id in [0, 284)");
+  j = unigram_json(true);
+  j["model"]["vocab"][283] = json::array({"▁the", -1.0});
+  expect_error(j, "are the same text '▁the'");
+  j = unigram_json(true);
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}};
+  expect_error(j, "a Unigram model with a ByteLevel pre-tokenizer is not supported");
+  j = unigram_json(false);
+  j["model"]["unk_id"] = nullptr;
+  expect_error(j, "'z' is not in the vocabulary and the tokenizer has no unknown token", "the z");
+}
+
 TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   const auto good = small_bpe()->to_json();
   auto expect_error = [&](json j, const std::string& needle) {
@@ -703,8 +900,8 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
     }
   };
   auto j = good;
-  j["model"]["type"] = "Unigram";
-  expect_error(j, "model type \"Unigram\"");
+  j["model"]["type"] = "WordPiece";
+  expect_error(j, "model type \"WordPiece\" is not supported (BPE, Unigram)");
   j = good;
   j["normalizer"] = {{"type", "Lowercase"}};
   expect_error(j, "t.json: normalizer: normalizer type \"Lowercase\" is not supported");
@@ -742,8 +939,11 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   // Sentencepiece-style files: what is not supported is named.
   const auto spm = sentencepiece_json("llama2");
   j = spm;
-  j["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +"}};
-  expect_error(j, "normalizer.normalizers[1]: a Replace by regular expression is not supported");
+  j["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +("}};
+  expect_error(j, "normalizer.normalizers[1]: regular expression ' +(' does not compile");
+  j = spm;
+  j["normalizer"]["normalizers"][1] = {{"type", "Strip"}, {"strip_left", "yes"}};
+  expect_error(j, "normalizer.normalizers[1].strip_left must be true or false");
   j = spm;
   j["decoder"] = {{"type", "WordPiece"}};
   expect_error(j, "decoder: decoder type \"WordPiece\" is not supported");

@@ -46,6 +46,23 @@ grep -q "^word cuts *before each run of" "$work/info.txt" || fail "tokenizer inf
   node -e 'const d = JSON.parse(require("fs").readFileSync(0, "utf8"));
            if (d.kind !== "byte-level BPE" || d.normalizer.type !== "NFC" || d.cut_before !== null) process.exit(1);' ||
   fail "tokenizer info --json of the Qwen2 layout"
+# Unigram: sentencepiece's own trainer (spm_train) makes two models of the fixtures and this
+# repository's docs (one with byte fallback), converted as HF's converter does; every document
+# must encode and decode as HF's tokenizers do.
+command -v spm_train > /dev/null || fail "spm_train is missing: run scripts/setup.sh (Debian's sentencepiece)"
+find "$text" -name '*.txt' -print0 | sort -z | xargs -0 cat > "$work/spm.txt"
+cat "$work/spm.txt" "$work/spm.txt" "$root/docs/text.md" "$root/docs/architecture.md" > "$work/spm-train.txt"
+for fallback in false true; do
+  spm_train --input="$work/spm-train.txt" --model_prefix="$work/unigram-$fallback" --vocab_size=800 \
+    --hard_vocab_limit=false --model_type=unigram --character_coverage=0.98 \
+    --byte_fallback=$fallback --normalization_rule_name=identity --minloglevel=2 > /dev/null 2>&1 ||
+    fail "spm_train failed (byte_fallback=$fallback)"
+  node "$node_dir/tokenizer_reference.mjs" spm "$work/unigram-$fallback.model" "$work/unigram-$fallback.json" > /dev/null
+  "$lol" tokenizer encode --tokenizer "$work/unigram-$fallback.json" --input "$work/text" > "$work/unigram-$fallback.jsonl"
+  node "$node_dir/tokenizer_reference.mjs" compare "$work/unigram-$fallback.json" "$work/unigram-$fallback.jsonl"
+done
+"$lol" tokenizer info --tokenizer "$work/unigram-true.json" > "$work/info.txt"
+grep -q "^kind *Unigram" "$work/info.txt" || fail "tokenizer info of a Unigram: $(cat "$work/info.txt")"
 ids=$("$lol" tokenizer encode --tokenizer "$work/tk.json" --text "Grüße, мир! 東京")
 back=$("$lol" tokenizer decode --tokenizer "$work/tk.json" --ids "$ids")
 [ "$back" = "Grüße, мир! 東京" ] || fail "encode/decode round trip gave '$back'"

@@ -44,8 +44,8 @@ void print_summary(const CorpusSummary& s) {
 void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
   auto* cmd = app.add_subcommand(
       "tokenizer",
-      "train a byte-level BPE; encode, decode with or describe a BPE tokenizer.json (byte-level "
-      "or sentencepiece-style)");
+      "train a byte-level BPE; encode, decode with or describe a tokenizer.json (BPE, "
+      "byte-level or sentencepiece-style, or Unigram)");
 
   struct TrainOpts {
     std::string input, out, normalizer = "none";
@@ -148,10 +148,12 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
                 << (value.is_string() ? value.get<std::string>() : json_text(value)) << "\n";
     };
     line("kind", desc["kind"]);
-    line("vocabulary", std::to_string(desc["vocab_size"].get<int64_t>()) +
-                           " ids: " + std::to_string(desc["model_tokens"].get<int64_t>()) +
-                           " model tokens, " + std::to_string(desc["added_tokens"].size()) +
-                           " added; " + std::to_string(desc["merges"].get<int64_t>()) + " merges");
+    line("vocabulary", std::to_string(desc["vocab_size"].get<int64_t>()) + " ids: " +
+                           std::to_string(desc["model_tokens"].get<int64_t>()) + " model tokens, " +
+                           std::to_string(desc["added_tokens"].size()) + " added; " +
+                           (desc["merges"].is_null()
+                                ? std::string("scored, no merges")
+                                : std::to_string(desc["merges"].get<int64_t>()) + " merges"));
     for (const char* part : {"normalizer", "pre_tokenizer", "decoder"}) line(part, desc[part]);
     if (desc["kind"] != "byte-level BPE") {
       line("byte fallback", desc["byte_fallback"].get<bool>() ? "yes" : "no");
@@ -159,9 +161,10 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
                                 ? std::string("none")
                                 : desc["unknown_token"].get<std::string>() +
                                       (desc["fuse_unk"].get<bool>() ? " (runs fused)" : ""));
-      line("word cuts", desc["cut_before"].is_null()
-                            ? std::string("none (a token has the space mark after a character)")
-                            : "before each run of " + desc["cut_before"].get<std::string>());
+      if (desc["kind"] != "Unigram")
+        line("word cuts", desc["cut_before"].is_null()
+                              ? std::string("none (a token has the space mark after a character)")
+                              : "before each run of " + desc["cut_before"].get<std::string>());
     }
     for (const char* special : {"bos", "eos", "pad"}) line(special, desc[special]);
     std::string added;

@@ -125,6 +125,120 @@ void read_pre_tokenizer(const json& p, const std::string& type, const std::strin
   }
 }
 
+// How many ids the vocabulary and the added tokens may use: ids number them densely (a few
+// holes are allowed), so a larger id is an error rather than a huge allocation.
+int64_t id_limit_of(const json& j, size_t vocab_size) {
+  const bool listed = j.contains("added_tokens") && j["added_tokens"].is_array();
+  return static_cast<int64_t>(vocab_size + (listed ? j["added_tokens"].size() : 0));
+}
+
+void read_unigram(const json& model, const std::string& name, BpeTokenizer::Model* m) {
+  const auto& vocab = model["vocab"];
+  LOL_CHECK(vocab.is_array() && !vocab.empty(), name,
+            ": a Unigram model.vocab must be a non-empty list of [token, score]");
+  for (size_t i = 0; i < vocab.size(); ++i) {
+    const auto& e = vocab[i];
+    LOL_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_number() &&
+                  !e[0].get<std::string>().empty(),
+              name, ": model.vocab[", i, "] is not [\"token\", score]");
+    m->tokens.push_back(e[0].get<std::string>());
+    m->scores.push_back(e[1].get<double>());
+  }
+  if (model.contains("unk_id") && !model["unk_id"].is_null()) {
+    const auto& unk = model["unk_id"];
+    LOL_CHECK(unk.is_number_integer() && unk.get<int64_t>() >= 0 &&
+                  unk.get<int64_t>() < static_cast<int64_t>(vocab.size()),
+              name, ": model.unk_id is not an id in [0, ", vocab.size(), ")");
+    m->unk = unk.get<int64_t>();
+  }
+  m->fuse_unk = true;  // HF's Unigram always fuses unknown characters
+}
+
+void read_bpe(const json& model, const std::string& name, const json& j, BpeTokenizer::Model* m_) {
+  auto& m = *m_;
+  const auto& vocab = model["vocab"];
+  LOL_CHECK(vocab.is_object(), name, ": model.vocab must map tokens to ids");
+  const auto id_limit = id_limit_of(j, vocab.size());
+  std::string bytes;
+  for (const auto& [token, id] : vocab.items()) {
+    LOL_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < id_limit,
+              name, ": model.vocab[\"", token, "\"] is not an id in [0, ", id_limit,
+              ") (the vocabulary and added tokens have ", id_limit, " entries)");
+    const auto i = id.get<int64_t>();
+    if (!m.byte_level) {
+      bytes = token;
+      LOL_CHECK(!bytes.empty(), name, ": model.vocab has an empty token");
+    } else {
+      LOL_CHECK(from_visible(token, &bytes) && !bytes.empty(), name, ": model.vocab token \"",
+                token, "\" is not byte-level text");
+    }
+    if (i >= static_cast<int64_t>(m.tokens.size())) m.tokens.resize(i + 1);
+    LOL_CHECK(m.tokens[i].empty(), name, ": id ", i, " appears twice in model.vocab");
+    m.tokens[i] = bytes;
+  }
+  std::unordered_map<std::string, int32_t> ids;
+  for (size_t i = 0; i < m.tokens.size(); ++i)
+    if (!m.tokens[i].empty()) ids.emplace(m.tokens[i], static_cast<int32_t>(i));
+  const auto& merges = field(model, "merges", name + ": model");
+  LOL_CHECK(merges.is_array(), name, ": model.merges must be a list");
+  std::string left_bytes, right_bytes;
+  for (size_t r = 0; r < merges.size(); ++r) {
+    std::string left, right;
+    const auto& e = merges[r];
+    if (e.is_string()) {
+      const auto s = e.get<std::string>();
+      const auto space = s.find(' ');
+      LOL_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos, name,
+                ": model.merges[", r, "] \"", s, "\" is not two tokens separated by a space");
+      left = s.substr(0, space), right = s.substr(space + 1);
+    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+      left = e[0].get<std::string>(), right = e[1].get<std::string>();
+    } else {
+      fail(name, ": model.merges[", r, "] is neither \"a b\" nor [\"a\", \"b\"]");
+    }
+    const bool ok = m.byte_level
+                        ? from_visible(left, &left_bytes) && from_visible(right, &right_bytes)
+                        : (left_bytes = left, right_bytes = right, true);
+    const auto a = ids.find(left_bytes), b = ids.find(right_bytes);
+    LOL_CHECK(ok && a != ids.end() && b != ids.end(), name, ": model.merges[", r,
+              "] names a token that is not in model.vocab");
+    m.merges.emplace_back(a->second, b->second);
+  }
+  if (model.contains("unk_token") && !model["unk_token"].is_null()) {
+    LOL_CHECK(model["unk_token"].is_string(), name, ": model.unk_token must be a string");
+    const auto unk = model["unk_token"].get<std::string>();
+    const auto it = m.byte_level ? ids.end() : ids.find(unk);
+    LOL_CHECK(m.byte_level || it != ids.end(), name, ": model.unk_token \"", unk,
+              "\" is not in model.vocab");
+    // A byte-level BPE never needs it (every byte is a token); its name is not kept.
+    if (!m.byte_level) m.unk = it->second;
+  }
+}
+
+// The added tokens (ids checked against the vocabulary's size: see id_limit_of).
+void read_added_tokens(const json& j, const std::string& name, BpeTokenizer::Model* m) {
+  if (!j.contains("added_tokens") || j["added_tokens"].is_null()) return;
+  const auto& added = j["added_tokens"];
+  LOL_CHECK(added.is_array(), name, ": added_tokens must be a list");
+  const auto id_limit = id_limit_of(j, m->unigram ? m->scores.size() : j["model"]["vocab"].size());
+  for (size_t i = 0; i < added.size(); ++i) {
+    const auto& t = added[i];
+    const auto where = name + ": added_tokens[" + std::to_string(i) + "]";
+    const auto& id = field(t, "id", where);
+    const auto& content = field(t, "content", where);
+    LOL_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < id_limit &&
+                  content.is_string() && !content.get<std::string>().empty(),
+              where, " needs an integer id in [0, ", id_limit, ") and a non-empty content");
+    const auto i_id = id.get<int64_t>();
+    if (i_id >= static_cast<int64_t>(m->tokens.size())) m->tokens.resize(i_id + 1);
+    // HF's default: special tokens match the text as given, others the normalized text.
+    const bool special = flag(t, "special");
+    m->added.push_back({i_id, content.get<std::string>(), special, flag(t, "normalized", !special),
+                        flag(t, "lstrip"), flag(t, "rstrip"), flag(t, "single_word")});
+    // An added token that is also in the vocabulary keeps its text there.
+  }
+}
+
 std::optional<int64_t> named_token(const std::vector<BpeTokenizer::AddedToken>& added,
                                    std::initializer_list<const char*> names) {
   for (const char* name : names)
@@ -162,6 +276,28 @@ BpeTokenizer::BpeTokenizer(Model model, std::string name)
     LOL_CHECK(!bytes || it != by_bytes_.end(), name_, ": byte ", b, " ('",
               to_visible(std::string(1, b)), "') has no token; a byte-level BPE needs all 256");
     byte_id_[b] = it != by_bytes_.end() && (bytes || model_.byte_fallback) ? it->second : -1;
+  }
+  if (model_.unigram) {
+    LOL_CHECK(!bytes && model_.merges.empty() && !model_.scores.empty() &&
+                  model_.scores.size() <= model_.tokens.size(),
+              name_, ": a Unigram model has text tokens with scores and no merges");
+    double lowest = model_.scores[0];
+    trie_token_.assign(1, -1);
+    for (int32_t id = 0; id < static_cast<int32_t>(model_.scores.size()); ++id) {
+      const auto& token = model_.tokens[id];
+      LOL_CHECK(!token.empty() && std::isfinite(model_.scores[id]), name_, ": Unigram token ", id,
+                " needs text and a finite score");
+      lowest = std::min(lowest, model_.scores[id]);
+      int32_t node = 0;
+      for (unsigned char b : token) {
+        const auto [it, added] = trie_next_.emplace(static_cast<uint64_t>(node) << 8 | b,
+                                                    static_cast<int32_t>(trie_token_.size()));
+        if (added) trie_token_.push_back(-1);
+        node = it->second;
+      }
+      trie_token_[node] = id;
+    }
+    unk_score_ = lowest - 10.0;
   }
   merge_of_.reserve(model_.merges.size());
   for (size_t r = 0; r < model_.merges.size(); ++r) {
@@ -207,7 +343,8 @@ BpeTokenizer::BpeTokenizer(Model model, std::string name)
   // each such run leaves every merge, and so the result, as it was: the pieces are words that
   // repeat (and are cached). Not with ignore_merges (a whole pre-token that is a token stays
   // one), nor when "▁" is not itself a token (an unknown run would end at the cut).
-  if (!bytes && !model_.ignore_merges) {
+  // (Not for Unigram: its segmentation's ties depend on the scores summed from the start.)
+  if (!bytes && !model_.ignore_merges && !model_.unigram) {
     const std::string c = model_.metaspace ? model_.metaspace->replacement : "\u2581";
     bool cut = by_bytes_.count(c) > 0;
     for (const auto& token : model_.tokens) {
@@ -256,8 +393,9 @@ void BpeTokenizer::symbols(std::string_view pre_token, std::vector<int32_t>* sym
   if (unk_held) sym->push_back(static_cast<int32_t>(*model_.unk));
 }
 
-void BpeTokenizer::merge(std::string_view pre_token, std::vector<int64_t>* ids) const {
+void BpeTokenizer::encode_word(std::string_view pre_token, std::vector<int64_t>* ids) const {
   if (pre_token.empty()) return;
+  if (model_.unigram) return viterbi(pre_token, ids);
   if (model_.ignore_merges) {
     const auto it = by_bytes_.find(std::string(pre_token));
     if (it != by_bytes_.end()) {
@@ -325,6 +463,74 @@ void BpeTokenizer::merge_long(const std::vector<int32_t>& symbols,
   for (int32_t i = 0; i >= 0 && i < n; i = sym[i].next) ids->push_back(sym[i].id);
 }
 
+void BpeTokenizer::viterbi(std::string_view text, std::vector<int64_t>* ids) const {
+  // As HF's Unigram (sentencepiece's optimized Viterbi): best[e] is the best segmentation of
+  // the first e bytes; each character start offers every token the trie finds there, and the
+  // unknown token for the character when no token is that character alone. A candidate
+  // replaces the one held only when its score is higher, so among equals the first offered
+  // (the earliest start) stays.
+  const size_t n = text.size();
+  struct Node {
+    double score = 0;
+    int64_t start = -1;  // -1: not reached
+    int32_t id = -1;
+  };
+  std::vector<Node> best(n + 1);
+  auto offer = [&](size_t start, size_t end, int32_t id, double score) {
+    const double total = score + best[start].score;
+    auto& node = best[end];
+    if (node.start < 0 || total > node.score) node = {total, static_cast<int64_t>(start), id};
+  };
+  for (size_t at = 0; at < n;) {
+    const size_t len = utf8_length(static_cast<unsigned char>(text[at]));
+    bool single = false;
+    int32_t node = 0;
+    for (size_t end = at; end < n;) {
+      const auto it =
+          trie_next_.find(static_cast<uint64_t>(node) << 8 | static_cast<unsigned char>(text[end]));
+      if (it == trie_next_.end()) break;
+      node = it->second;
+      const int32_t id = trie_token_[node];
+      if (++end, id < 0) continue;
+      offer(at, end, id, model_.scores[id]);
+      single = single || end - at == len;
+    }
+    if (!single) {
+      LOL_CHECK(model_.unk, name_, ": '", text.substr(at, len),
+                "' is not in the vocabulary and the tokenizer has no unknown token");
+      offer(at, at + len, static_cast<int32_t>(*model_.unk), unk_score_);
+    }
+    at += len;
+  }
+  // Back from the end; runs of unknown characters are fused (HF always fuses for Unigram) and
+  // stand for the token of their text if there is one, else their <0xNN> tokens (byte
+  // fallback, when every byte has one), else the unknown token.
+  std::vector<int64_t> reversed;
+  for (size_t end = n; end > 0;) {
+    size_t start = static_cast<size_t>(best[end].start);
+    if (!model_.unk || best[end].id != *model_.unk) {
+      reversed.push_back(best[end].id);
+      end = start;
+      continue;
+    }
+    while (start > 0 && best[start].id == *model_.unk)
+      start = static_cast<size_t>(best[start].start);
+    const auto run = text.substr(start, end - start);
+    const auto it = by_bytes_.find(std::string(run));
+    if (it != by_bytes_.end()) {
+      reversed.push_back(it->second);
+    } else if (model_.byte_fallback && std::all_of(run.begin(), run.end(), [&](char b) {
+                 return byte_id_[uint8_t(b)] >= 0;
+               })) {
+      for (auto b = run.rbegin(); b != run.rend(); ++b) reversed.push_back(byte_id_[uint8_t(*b)]);
+    } else {
+      reversed.push_back(*model_.unk);
+    }
+    end = start;
+  }
+  ids->insert(ids->end(), reversed.rbegin(), reversed.rend());
+}
+
 void BpeTokenizer::encode_plain(std::string_view text, bool at_start,
                                 std::vector<int64_t>* ids) const {
   if (text.empty()) return;
@@ -374,14 +580,14 @@ void BpeTokenizer::encode_plain(std::string_view text, bool at_start,
   std::vector<int64_t> merged;
   for (auto p : pieces) {
     if (p.size() > 256) {  // a whole text without a pre-tokenizer (Llama-2) is not a word
-      merge(p, ids);
+      encode_word(p, ids);
       continue;
     }
     key.assign(p.data(), p.size());
     auto it = cache.ids.find(key);
     if (it == cache.ids.end()) {
       merged.clear();
-      merge(p, &merged);
+      encode_word(p, &merged);
       it = cache.ids.emplace(key, std::vector<int32_t>(merged.begin(), merged.end())).first;
     }
     ids->insert(ids->end(), it->second.begin(), it->second.end());
@@ -475,10 +681,12 @@ json BpeTokenizer::describe() const {
   json added = json::array();
   for (const auto& t : j["added_tokens"]) added.push_back(t);
   auto id_or_null = [](const std::optional<int64_t>& id) { return id ? json(*id) : json(nullptr); };
-  return {{"kind", model_.byte_level ? "byte-level BPE" : "sentencepiece-style BPE"},
+  return {{"kind", model_.unigram      ? "Unigram"
+                   : model_.byte_level ? "byte-level BPE"
+                                       : "sentencepiece-style BPE"},
           {"vocab_size", vocab_size()},
           {"model_tokens", j["model"]["vocab"].size()},
-          {"merges", model_.merges.size()},
+          {"merges", model_.unigram ? json(nullptr) : json(model_.merges.size())},
           {"added_tokens", added},
           {"normalizer", j["normalizer"]},
           {"pre_tokenizer", j["pre_tokenizer"]},
@@ -542,6 +750,27 @@ json BpeTokenizer::to_json() const {
     if (model_.metaspace) pre_tokenizer = model_.metaspace->to_json();
     decoder = model_.decoder.to_json();
   }
+  json model;
+  if (model_.unigram) {
+    json scored = json::array();
+    for (size_t id = 0; id < model_.scores.size(); ++id)
+      scored.push_back(json::array({model_.tokens[id], model_.scores[id]}));
+    model = {{"type", "Unigram"},
+             {"unk_id", model_.unk ? json(*model_.unk) : json(nullptr)},
+             {"vocab", scored},
+             {"byte_fallback", model_.byte_fallback}};
+  } else {
+    model = {{"type", "BPE"},
+             {"dropout", nullptr},
+             {"unk_token", model_.unk ? json(model_.tokens[*model_.unk]) : json(nullptr)},
+             {"continuing_subword_prefix", nullptr},
+             {"end_of_word_suffix", nullptr},
+             {"fuse_unk", model_.fuse_unk},
+             {"byte_fallback", model_.byte_fallback},
+             {"ignore_merges", model_.ignore_merges},
+             {"vocab", vocab},
+             {"merges", merges}};
+  }
   return json{{"version", "1.0"},
               {"truncation", nullptr},
               {"padding", nullptr},
@@ -550,17 +779,7 @@ json BpeTokenizer::to_json() const {
               {"pre_tokenizer", pre_tokenizer},
               {"post_processor", nullptr},
               {"decoder", decoder},
-              {"model",
-               {{"type", "BPE"},
-                {"dropout", nullptr},
-                {"unk_token", model_.unk ? json(model_.tokens[*model_.unk]) : json(nullptr)},
-                {"continuing_subword_prefix", nullptr},
-                {"end_of_word_suffix", nullptr},
-                {"fuse_unk", model_.fuse_unk},
-                {"byte_fallback", model_.byte_fallback},
-                {"ignore_merges", model_.ignore_merges},
-                {"vocab", vocab},
-                {"merges", merges}}}};
+              {"model", model}};
 }
 
 void BpeTokenizer::save(const std::string& path) const {
@@ -582,7 +801,9 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const json& j, const std::
   Model m;
   const auto& model = field(j, "model", name);
   const auto type = model.value("type", std::string("BPE"));
-  LOL_CHECK(type == "BPE", name, ": model type \"", type, "\" is not supported (only BPE)");
+  LOL_CHECK(type == "BPE" || type == "Unigram", name, ": model type \"", type,
+            "\" is not supported (BPE, Unigram)");
+  m.unigram = type == "Unigram";
   for (const char* unsupported : {"continuing_subword_prefix", "end_of_word_suffix", "dropout"})
     LOL_CHECK(!model.contains(unsupported) || model[unsupported].is_null() ||
                   (model[unsupported].is_string() && model[unsupported].get<std::string>().empty()),
@@ -600,6 +821,8 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const json& j, const std::
                          read_pre_tokenizer(c, kind, at, &byte_level_seen, &m);
                        });
   m.byte_level = byte_level_seen;
+  LOL_CHECK(!byte_level_seen || !m.unigram, name,
+            ": a Unigram model with a ByteLevel pre-tokenizer is not supported");
   LOL_CHECK(!byte_level_seen || !m.metaspace, name,
             ": pre_tokenizer has both ByteLevel and Metaspace");
   m.byte_fallback = flag(model, "byte_fallback");
@@ -609,88 +832,13 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const json& j, const std::
   if (!byte_level_seen && j.contains("decoder"))
     m.decoder = TokenDecoder::from_json(j["decoder"], name + ": decoder");
 
-  const auto& vocab = field(model, "vocab", name + ": model");
-  LOL_CHECK(vocab.is_object(), name, ": model.vocab must map tokens to ids");
-  // Ids number the vocabulary and the added tokens densely (a few holes are allowed): a larger
-  // id is an error rather than a huge allocation.
-  const json no_added = json::array();
-  const json& added_list =
-      j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"] : no_added;
-  const auto id_limit = static_cast<int64_t>(vocab.size() + added_list.size());
-  std::string bytes;
-  for (const auto& [token, id] : vocab.items()) {
-    LOL_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < id_limit,
-              name, ": model.vocab[\"", token, "\"] is not an id in [0, ", id_limit,
-              ") (the vocabulary and added tokens have ", id_limit, " entries)");
-    const auto i = id.get<int64_t>();
-    if (!m.byte_level) {
-      bytes = token;
-      LOL_CHECK(!bytes.empty(), name, ": model.vocab has an empty token");
-    } else {
-      LOL_CHECK(from_visible(token, &bytes) && !bytes.empty(), name, ": model.vocab token \"",
-                token, "\" is not byte-level text");
-    }
-    if (i >= static_cast<int64_t>(m.tokens.size())) m.tokens.resize(i + 1);
-    LOL_CHECK(m.tokens[i].empty(), name, ": id ", i, " appears twice in model.vocab");
-    m.tokens[i] = bytes;
+  field(model, "vocab", name + ": model");
+  if (m.unigram) {
+    read_unigram(model, name, &m);
+  } else {
+    read_bpe(model, name, j, &m);
   }
-  std::unordered_map<std::string, int32_t> ids;
-  for (size_t i = 0; i < m.tokens.size(); ++i)
-    if (!m.tokens[i].empty()) ids.emplace(m.tokens[i], static_cast<int32_t>(i));
-  const auto& merges = field(model, "merges", name + ": model");
-  LOL_CHECK(merges.is_array(), name, ": model.merges must be a list");
-  std::string left_bytes, right_bytes;
-  for (size_t r = 0; r < merges.size(); ++r) {
-    std::string left, right;
-    const auto& e = merges[r];
-    if (e.is_string()) {
-      const auto s = e.get<std::string>();
-      const auto space = s.find(' ');
-      LOL_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos, name,
-                ": model.merges[", r, "] \"", s, "\" is not two tokens separated by a space");
-      left = s.substr(0, space), right = s.substr(space + 1);
-    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-      left = e[0].get<std::string>(), right = e[1].get<std::string>();
-    } else {
-      fail(name, ": model.merges[", r, "] is neither \"a b\" nor [\"a\", \"b\"]");
-    }
-    const bool ok = m.byte_level
-                        ? from_visible(left, &left_bytes) && from_visible(right, &right_bytes)
-                        : (left_bytes = left, right_bytes = right, true);
-    const auto a = ids.find(left_bytes), b = ids.find(right_bytes);
-    LOL_CHECK(ok && a != ids.end() && b != ids.end(), name, ": model.merges[", r,
-              "] names a token that is not in model.vocab");
-    m.merges.emplace_back(a->second, b->second);
-  }
-  if (model.contains("unk_token") && !model["unk_token"].is_null()) {
-    LOL_CHECK(model["unk_token"].is_string(), name, ": model.unk_token must be a string");
-    const auto unk = model["unk_token"].get<std::string>();
-    const auto it = m.byte_level ? ids.end() : ids.find(unk);
-    LOL_CHECK(m.byte_level || it != ids.end(), name, ": model.unk_token \"", unk,
-              "\" is not in model.vocab");
-    // A byte-level BPE never needs it (every byte is a token); its name is not kept.
-    if (!m.byte_level) m.unk = it->second;
-  }
-  if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
-    const auto& added = j["added_tokens"];
-    LOL_CHECK(added.is_array(), name, ": added_tokens must be a list");
-    for (size_t i = 0; i < added.size(); ++i) {
-      const auto& t = added[i];
-      const auto where = name + ": added_tokens[" + std::to_string(i) + "]";
-      const auto& id = field(t, "id", where);
-      const auto& content = field(t, "content", where);
-      LOL_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < id_limit &&
-                    content.is_string() && !content.get<std::string>().empty(),
-                where, " needs an integer id in [0, ", id_limit, ") and a non-empty content");
-      const auto i_id = id.get<int64_t>();
-      if (i_id >= static_cast<int64_t>(m.tokens.size())) m.tokens.resize(i_id + 1);
-      // HF's default: special tokens match the text as given, others the normalized text.
-      const bool special = flag(t, "special");
-      m.added.push_back({i_id, content.get<std::string>(), special, flag(t, "normalized", !special),
-                         flag(t, "lstrip"), flag(t, "rstrip"), flag(t, "single_word")});
-      // An added token that is also in the vocabulary keeps its bytes there.
-    }
-  }
+  read_added_tokens(j, name, &m);
   return std::make_unique<BpeTokenizer>(std::move(m), name);
 }
 

@@ -1,12 +1,15 @@
 #pragma once
-// BPE tokenizers (docs/text.md) in two kinds. Byte-level BPE is GPT-2's scheme, where the 256
-// byte values are the base tokens, so every UTF-8 text (indeed every byte string) encodes and
-// decodes exactly, with no unknown token; it is what `lol tokenizer train` makes. Sentencepiece-
-// style BPE (Llama-2, Mistral) has text tokens whose base symbols are characters; a character
-// that is not a token becomes the <0xNN> tokens of its bytes (byte fallback) or the unknown
-// token. Either way added tokens (<|endoftext|>) are matched first, then the text between them
-// is normalized (the tokenizer.json's normalizer, if any) and split into pre-tokens (regular
-// expressions, or Metaspace), and each pre-token's symbols are merged by the ranked merge list.
+// BPE tokenizers (docs/text.md) in two kinds, and sentencepiece's Unigram. Byte-level BPE is
+// GPT-2's scheme, where the 256 byte values are the base tokens, so every UTF-8 text (indeed
+// every byte string) encodes and decodes exactly, with no unknown token; it is what `lol
+// tokenizer train` makes. Sentencepiece-style BPE (Llama-2, Mistral) has text tokens whose base
+// symbols are characters; a character that is not a token becomes the <0xNN> tokens of its
+// bytes (byte fallback) or the unknown token. Either way added tokens (<|endoftext|>) are
+// matched first, then the text between them is normalized (the tokenizer.json's normalizer, if
+// any) and split into pre-tokens (regular expressions, or Metaspace), and each pre-token's
+// symbols are merged by the ranked merge list. A Unigram model (converted sentencepiece models)
+// has text tokens with scores instead of merges, and takes each pre-token's segmentation of
+// highest score.
 // Stored as a Hugging Face tokenizer.json, so tokenizers trained here load in the HF libraries
 // and BPE tokenizers from there (GPT-2, Llama-2, Llama-3, Mistral, Qwen2 style) load here.
 #include <bitset>
@@ -61,6 +64,12 @@ class BpeTokenizer : public Tokenizer {
     std::optional<int64_t> unk;
     bool fuse_unk = false;
     TokenDecoder decoder;
+    // Unigram (sentencepiece's default model) instead of merges: the score (log probability)
+    // of each model token, ids 0 .. scores.size() - 1. A pre-token is split into the tokens of
+    // highest total score (Viterbi); a character no token starts with is the unknown token
+    // (runs fused, or their <0xNN> tokens with byte fallback).
+    bool unigram = false;
+    std::vector<double> scores;
   };
 
   BpeTokenizer(Model model, std::string name);
@@ -83,8 +92,9 @@ class BpeTokenizer : public Tokenizer {
   // What was read and how it will encode (`lol tokenizer info`): kind, sizes, normalizer,
   // pre-tokenizer, decoder, unknown token, special tokens, whether texts are cut into words.
   json describe() const;
-  // The ids of one pre-token after the merges (no added tokens, no splitting).
-  void merge(std::string_view pre_token, std::vector<int64_t>* ids) const;
+  // The ids of one pre-token: after the merges, or Unigram's best segmentation (no added
+  // tokens, no splitting).
+  void encode_word(std::string_view pre_token, std::vector<int64_t>* ids) const;
 
  private:
   // Added tokens of one kind (normalized or not) in `text`, leftmost and then longest first
@@ -97,6 +107,7 @@ class BpeTokenizer : public Tokenizer {
   // The base symbols of a pre-token: its bytes, or its characters (byte fallback, unknown).
   void symbols(std::string_view pre_token, std::vector<int32_t>* sym) const;
   void merge_long(const std::vector<int32_t>& symbols, std::vector<int64_t>* ids) const;
+  void viterbi(std::string_view pre_token, std::vector<int64_t>* ids) const;  // Unigram
   const std::string* token_text(int64_t id) const;  // null for an unused id
 
   Model model_;
@@ -105,6 +116,11 @@ class BpeTokenizer : public Tokenizer {
   std::unordered_map<std::string, int32_t> by_bytes_;  // model pieces (not added tokens)
   // (left << 32 | right) -> (rank, merged id)
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merge_of_;
+  // Unigram: a byte trie of the model tokens (child of node n by byte b at n << 8 | b; the
+  // token a node ends, or -1), and the score of an unknown character (HF: lowest - 10).
+  std::unordered_map<uint64_t, int32_t> trie_next_;
+  std::vector<int32_t> trie_token_;
+  double unk_score_ = 0;
   int32_t byte_id_[256];  // byte-level: each byte's token; else its <0xNN> token or -1
   // [normalized]: what each added token of the kind matches, longest first, and the first bytes
   // of those.

@@ -214,11 +214,20 @@ CorpusSummary build_corpus(const CorpusOptions& o,
   const auto eos = tokenizer->eos();
   LOL_CHECK(eos.has_value(), "the tokenizer has no end-of-text token (<|endoftext|>)");
 
-  // Tokenize, end each document with <|endoftext|>, cut into chunks. (The texts are valid
-  // UTF-8, checked above, so encode cannot throw inside the parallel loop.)
+  // Tokenize, end each document with <|endoftext|>, cut into chunks. The texts are valid
+  // UTF-8 (checked above), but a tokenizer without an unknown token refuses a character it
+  // has no token for: the first such error leaves the loop as the error of the build.
+  std::string refused;
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t i = 0; i < static_cast<int64_t>(docs.size()); ++i) {
-    auto ids = tokenizer->encode(docs[i].text);
+    std::vector<int64_t> ids;
+    try {
+      ids = tokenizer->encode(docs[i].text);
+    } catch (const Error& e) {
+#pragma omp critical(corpus_refused)
+      if (refused.empty()) refused = docs[i].source + ": " + e.what();
+      continue;
+    }
     ids.push_back(*eos);
     for (size_t at = 0; at < ids.size(); at += o.chunk_tokens) {
       const auto end = std::min(ids.size(), at + static_cast<size_t>(o.chunk_tokens));
@@ -233,6 +242,7 @@ CorpusSummary build_corpus(const CorpusOptions& o,
       chunked[i].chunks.push_back(std::move(chunk));
     }
   }
+  LOL_CHECK(refused.empty(), refused);
 
   make_directories(o.out);
   tokenizer->save(o.out + "/tokenizer.json");

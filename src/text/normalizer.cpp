@@ -104,20 +104,34 @@ void read(const json& j, const std::string& type, const std::string& where,
     step.kind = Normalizer::Step::kPrepend;
     step.text = string_field(j, "prepend", where);
   } else if (type == "Replace") {
-    step.kind = Normalizer::Step::kReplace;
     LOL_CHECK(j.contains("pattern") && j["pattern"].is_object(), where,
               " needs a \"pattern\" object");
-    LOL_CHECK(!j["pattern"].contains("Regex"), where,
-              ": a Replace by regular expression is not supported (only {\"String\": ...})");
-    step.text = string_field(j["pattern"], "String", where + ".pattern");
-    LOL_CHECK(!step.text.empty(), where, ": Replace of an empty string");
+    if (j["pattern"].contains("Regex")) {
+      step.kind = Normalizer::Step::kReplaceRegex;
+      step.text = string_field(j["pattern"], "Regex", where + ".pattern");
+      try {
+        step.regex = std::make_shared<const RegexSplitter>(step.text);
+      } catch (const Error& e) {
+        fail(where, ": ", e.what());
+      }
+    } else {
+      step.kind = Normalizer::Step::kReplace;
+      step.text = string_field(j["pattern"], "String", where + ".pattern");
+      LOL_CHECK(!step.text.empty(), where, ": Replace of an empty string");
+    }
     step.by = string_field(j, "content", where);
+  } else if (type == "Strip") {
+    step.kind = Normalizer::Step::kStrip;
+    for (auto [key, to] : {std::pair{"strip_left", &step.left}, {"strip_right", &step.right}}) {
+      LOL_CHECK(!j.contains(key) || j[key].is_boolean(), where, ".", key, " must be true or false");
+      *to = j.value(key, true);
+    }
   } else if (const auto form = form_named(type)) {
     step.form = *form;
   } else {
     fail(where, ": normalizer type \"", type,
-         "\" is not supported (NFC, NFD, NFKC, NFKD, Prepend, Replace of a string, or a Sequence "
-         "of them)");
+         "\" is not supported (NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip, or a Sequence of "
+         "them)");
   }
   steps->push_back(std::move(step));
 }
@@ -130,6 +144,15 @@ std::string replace_all(std::string_view text, const std::string& what, const st
     done = at + what.size();
   }
   return out.append(text.substr(done));
+}
+
+std::string strip(std::string_view text, bool left, bool right) {
+  size_t begin = 0, end = text.size();
+  while (left && begin < end && white_space(code_point_at(text, begin)))
+    begin += utf8_length(static_cast<unsigned char>(text[begin]));
+  while (right && end > begin && white_space(code_point_at(text, previous_character(text, end))))
+    end = previous_character(text, end);
+  return std::string(text.substr(begin, end - begin));
 }
 }  // namespace
 
@@ -191,7 +214,11 @@ std::string normalize(std::string_view text, NormalForm form) {
 }
 
 Normalizer::Normalizer(std::vector<NormalForm> forms) {
-  for (const auto form : forms) steps_.push_back({Step::kForm, form, {}, {}});
+  for (const auto form : forms) {
+    Step step;
+    step.form = form;
+    steps_.push_back(step);
+  }
 }
 
 Normalizer Normalizer::from_json(const json& j, const std::string& where) {
@@ -222,6 +249,10 @@ json Normalizer::to_json() const {
         return json{{"type", "Prepend"}, {"prepend", s.text}};
       case Step::kReplace:
         return json{{"type", "Replace"}, {"pattern", {{"String", s.text}}}, {"content", s.by}};
+      case Step::kReplaceRegex:
+        return json{{"type", "Replace"}, {"pattern", {{"Regex", s.text}}}, {"content", s.by}};
+      case Step::kStrip:
+        return json{{"type", "Strip"}, {"strip_left", s.left}, {"strip_right", s.right}};
       case Step::kForm:
         break;
     }
@@ -245,6 +276,12 @@ std::string Normalizer::apply(std::string_view text) const {
         break;
       case Step::kReplace:
         out = replace_all(out, s.text, s.by);
+        break;
+      case Step::kReplaceRegex:
+        out = s.regex->replace(out, s.by);
+        break;
+      case Step::kStrip:
+        out = strip(out, s.left, s.right);
         break;
     }
   }

@@ -1,14 +1,17 @@
 #pragma once
 // Normalization of text before a tokenizer splits it: the `normalizer` of a Hugging Face
 // tokenizer.json when it is made of the four Unicode normal forms (Qwen2's byte-level BPE
-// normalizes to NFC; built on utf8proc, docs/dependencies.md) and the literal Prepend and
-// Replace of sentencepiece-style tokenizers (Llama-2's "Prepend ▁, Replace ' ' by ▁"), alone or
-// in a Sequence. Anything else a tokenizer.json may name there (Lowercase, a Replace by regular
-// expression, sentencepiece's Precompiled) is refused by from_json with an error naming it.
+// normalizes to NFC; built on utf8proc, docs/dependencies.md), the Prepend and Replace of
+// sentencepiece-style tokenizers (Llama-2's "Prepend ▁, Replace ' ' by ▁"; converted
+// sentencepiece models' "Strip the right end, Replace / {2,}/ by ▁"), alone or in a Sequence.
+// Anything else a tokenizer.json may name there (Lowercase, sentencepiece's Precompiled) is
+// refused by from_json with an error naming it.
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "text/regex_split.h"
 #include "util/json.h"
 
 namespace lol {
@@ -27,20 +30,24 @@ std::string normalize_whole(std::string_view text, NormalForm form);
 class Normalizer {
  public:
   struct Step {
-    enum Kind { kForm, kPrepend, kReplace } kind = kForm;
+    enum Kind { kForm, kPrepend, kReplace, kReplaceRegex, kStrip } kind = kForm;
     NormalForm form = NormalForm::kNfc;  // kForm
-    std::string text;                    // kPrepend: what goes in front; kReplace: what is replaced
-    std::string by;                      // kReplace: what replaces each occurrence
+    // kPrepend: what goes in front; kReplace: what is replaced; kReplaceRegex: the pattern
+    std::string text;
+    std::string by;                    // kReplace, kReplaceRegex: what replaces each match
+    bool left = false, right = false;  // kStrip: the White_Space stripped at either end
+    std::shared_ptr<const RegexSplitter> regex;  // kReplaceRegex: `text` compiled
     bool operator==(const Step& o) const {
-      return kind == o.kind && form == o.form && text == o.text && by == o.by;
+      return kind == o.kind && form == o.form && text == o.text && by == o.by && left == o.left &&
+             right == o.right;
     }
   };
   Normalizer() = default;
   explicit Normalizer(std::vector<NormalForm> forms);
   // A tokenizer.json `normalizer` value: null, {"type": "NFC"} (or NFD, NFKC, NFKD),
-  // {"type": "Prepend", "prepend": S}, {"type": "Replace", "pattern": {"String": S},
-  // "content": T}, or {"type": "Sequence", "normalizers": [...]} of those. Anything else throws
-  // naming `where`.
+  // {"type": "Prepend", "prepend": S}, {"type": "Replace", "pattern": {"String": S} or
+  // {"Regex": R}, "content": T}, {"type": "Strip", "strip_left": B, "strip_right": B}, or
+  // {"type": "Sequence", "normalizers": [...]} of those. Anything else throws naming `where`.
   static Normalizer from_json(const json& j, const std::string& where);
   // A command-line value: "none" or one form, in either case ("nfc", "NFKC"); else throws.
   static Normalizer named(const std::string& name);
@@ -48,7 +55,8 @@ class Normalizer {
 
   bool identity() const { return steps_.empty(); }
   const std::vector<Step>& steps() const { return steps_; }
-  // As HF does: Prepend leaves empty text empty; Replace replaces every occurrence, left to right.
+  // As HF does: Prepend leaves empty text empty; Replace replaces every occurrence (match),
+  // left to right; Strip takes Unicode White_Space off the chosen ends.
   std::string apply(std::string_view text) const;  // text: valid UTF-8
 
  private:

@@ -33,7 +33,7 @@ RegexSplitter::RegexSplitter(const std::string& pattern) : pattern_(pattern), im
   PCRE2_SIZE offset = 0;
   impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                               PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
-  LOL_CHECK(impl_->code != nullptr, "pre-tokenizer pattern '", pattern, "' does not compile at ",
+  LOL_CHECK(impl_->code != nullptr, "regular expression '", pattern, "' does not compile at ",
             offset, ": ", pcre2_message(error));
   impl_->jit = pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE) == 0;
 }
@@ -62,29 +62,53 @@ struct MatchResources {
   MatchResources(const MatchResources&) = delete;
   MatchResources& operator=(const MatchResources&) = delete;
 };
-}  // namespace
 
-void RegexSplitter::split(std::string_view text, std::vector<std::string_view>* pieces) const {
-  if (text.empty()) return;
+// Calls `match(begin, end)` for each match of `code` in `text`, left to right; an empty match
+// is reported and the search steps over the character it stands at. The search stops at the
+// end of the text, or with `at_end` after trying an empty match there.
+template <typename F>
+void for_each_match(pcre2_code* code, const std::string& pattern, std::string_view text,
+                    bool at_end, F&& match) {
   thread_local MatchResources r;
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t at = 0, gap = 0;  // next search start; start of the text not yet in a piece
-  while (at < text.size()) {
+  for (size_t at = 0; at < text.size() + (at_end ? 1 : 0);) {
     const int rc =
-        pcre2_match(impl_->code, subject, text.size(), at, PCRE2_NO_UTF_CHECK, r.data, r.context);
+        pcre2_match(code, subject, text.size(), at, PCRE2_NO_UTF_CHECK, r.data, r.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    LOL_CHECK(rc >= 0, "pre-tokenizer pattern '", pattern_, "' failed: ", pcre2_message(rc));
+    LOL_CHECK(rc >= 0, "regular expression '", pattern, "' failed: ", pcre2_message(rc));
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(r.data);
-    size_t begin = ov[0], end = ov[1];
-    if (end == begin) {  // an empty match splits nothing: step over one character
-      at = begin + 1;
-      while (at < text.size() && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) ++at;
+    const size_t begin = ov[0], end = ov[1];
+    match(begin, end);
+    if (end > begin) {
+      at = end;
       continue;
     }
+    if (begin >= text.size()) break;
+    at = begin + 1;
+    while (at < text.size() && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) ++at;
+  }
+}
+
+}  // namespace
+
+std::string RegexSplitter::replace(std::string_view text, std::string_view by) const {
+  std::string out;
+  size_t done = 0;
+  for_each_match(impl_->code, pattern_, text, /*at_end=*/true, [&](size_t begin, size_t end) {
+    out.append(text.substr(done, begin - done)).append(by);
+    done = end;
+  });
+  return out.append(text.substr(done));
+}
+
+void RegexSplitter::split(std::string_view text, std::vector<std::string_view>* pieces) const {
+  size_t gap = 0;  // start of the text not yet in a piece
+  for_each_match(impl_->code, pattern_, text, /*at_end=*/false, [&](size_t begin, size_t end) {
+    if (end == begin) return;  // an empty match splits nothing
     if (begin > gap) pieces->push_back(text.substr(gap, begin - gap));
     pieces->push_back(text.substr(begin, end - begin));
-    gap = at = end;
-  }
+    gap = end;
+  });
   if (gap < text.size()) pieces->push_back(text.substr(gap));
 }
 

@@ -1,8 +1,9 @@
 #pragma once
 // Splitting text into pre-tokens by a regular expression, as the `Split` pre-tokenizer of a
 // Hugging Face tokenizer.json does with behaviour "Isolated": every match is a piece and so is
-// every stretch of text between matches. PCRE2 in UTF mode with Unicode properties (\p{L},
-// \s as Unicode whitespace) and JIT; the pattern text is the one tokenizer.json stores.
+// every stretch of text between matches; and replacing its matches (the Replace normalizer). PCRE2
+// in UTF mode with Unicode properties (\p{L}, \s as Unicode whitespace) and JIT; the pattern text
+// is the one tokenizer.json stores.
 #include <memory>
 #include <string>
 #include <string_view>
@@ -29,6 +30,9 @@ class RegexSplitter {
   // Appends the pieces of `text` (valid UTF-8) to `pieces`; they concatenate to `text`.
   // Thread-safe.
   void split(std::string_view text, std::vector<std::string_view>* pieces) const;
+  // `text` (valid UTF-8) with every match replaced by `by`, left to right, as HF's Replace
+  // normalizer does with a Regex pattern (an empty match inserts `by` where it stands).
+  std::string replace(std::string_view text, std::string_view by) const;
 
  private:
   std::string pattern_;
