@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "text/bpe.h"
 #include "text/corpus.h"
+#include "text/utf8.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/progress.h"
@@ -44,8 +45,8 @@ void print_summary(const CorpusSummary& s) {
 void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
   auto* cmd = app.add_subcommand(
       "tokenizer",
-      "train a byte-level BPE; encode, decode with or describe a tokenizer.json (BPE, "
-      "byte-level or sentencepiece-style, or Unigram)");
+      "train a byte-level BPE; encode, decode, normalize with or describe a tokenizer.json "
+      "(BPE, byte-level or sentencepiece-style, or Unigram)");
 
   struct TrainOpts {
     std::string input, out, normalizer = "none";
@@ -128,6 +129,34 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
     const auto tok = BpeTokenizer::load(d->tokenizer);
     const auto ids = parse_int_list("--ids", d->ids.empty() ? read_stdin() : d->ids);
     std::cout << tok->decode(ids);
+  });
+  struct NormalizeOpts {
+    std::string tokenizer, text;
+    bool lines = false;
+  };
+  auto n = std::make_shared<NormalizeOpts>();
+  auto* normalize = cmd->add_subcommand(
+      "normalize", "text (--text or stdin) as the tokenizer's normalizer writes it");
+  normalize->add_option("--tokenizer", n->tokenizer, "tokenizer.json")->required();
+  normalize->add_option("--text", n->text, "text to normalize (default: stdin)");
+  normalize->add_flag(
+      "--lines", n->lines,
+      "normalize each line of stdin on its own (the newlines are kept as they are)");
+  commands.emplace_back(normalize, [n] {
+    const auto tok = BpeTokenizer::load(n->tokenizer);
+    const auto& normalizer = tok->model().normalizer;
+    const std::string text = n->text.empty() ? read_stdin() : n->text;
+    LOL_CHECK(valid_utf8(text), "the text is not valid UTF-8");
+    if (!n->lines) {
+      std::cout << normalizer.apply(text);
+      return;
+    }
+    for (size_t at = 0; at < text.size();) {
+      const size_t end = std::min(text.find('\n', at), text.size());
+      std::cout << normalizer.apply(std::string_view(text).substr(at, end - at))
+                << (end < text.size() ? "\n" : "");
+      at = end + 1;
+    }
   });
   struct InfoOpts {
     std::string tokenizer;

@@ -120,6 +120,10 @@ void read(const json& j, const std::string& type, const std::string& where,
       LOL_CHECK(!step.text.empty(), where, ": Replace of an empty string");
     }
     step.by = string_field(j, "content", where);
+  } else if (type == "Precompiled") {
+    step.kind = Normalizer::Step::kPrecompiled;
+    step.text = string_field(j, "precompiled_charsmap", where);
+    step.charsmap = std::make_shared<const Charsmap>(step.text, where);
   } else if (type == "Strip") {
     step.kind = Normalizer::Step::kStrip;
     for (auto [key, to] : {std::pair{"strip_left", &step.left}, {"strip_right", &step.right}}) {
@@ -130,8 +134,8 @@ void read(const json& j, const std::string& type, const std::string& where,
     step.form = *form;
   } else {
     fail(where, ": normalizer type \"", type,
-         "\" is not supported (NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip, or a Sequence of "
-         "them)");
+         "\" is not supported (NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip, Precompiled, or a "
+         "Sequence of them)");
   }
   steps->push_back(std::move(step));
 }
@@ -253,6 +257,8 @@ json Normalizer::to_json() const {
         return json{{"type", "Replace"}, {"pattern", {{"Regex", s.text}}}, {"content", s.by}};
       case Step::kStrip:
         return json{{"type", "Strip"}, {"strip_left", s.left}, {"strip_right", s.right}};
+      case Step::kPrecompiled:
+        return json{{"type", "Precompiled"}, {"precompiled_charsmap", s.text}};
       case Step::kForm:
         break;
     }
@@ -282,6 +288,9 @@ std::string Normalizer::apply(std::string_view text) const {
         break;
       case Step::kStrip:
         out = strip(out, s.left, s.right);
+        break;
+      case Step::kPrecompiled:
+        out = s.charsmap->apply(out);
         break;
     }
   }

@@ -3,14 +3,15 @@
 // tokenizer.json when it is made of the four Unicode normal forms (Qwen2's byte-level BPE
 // normalizes to NFC; built on utf8proc, docs/dependencies.md), the Prepend and Replace of
 // sentencepiece-style tokenizers (Llama-2's "Prepend ▁, Replace ' ' by ▁"; converted
-// sentencepiece models' "Strip the right end, Replace / {2,}/ by ▁"), alone or in a Sequence.
-// Anything else a tokenizer.json may name there (Lowercase, sentencepiece's Precompiled) is
-// refused by from_json with an error naming it.
+// sentencepiece models' "Precompiled character map, Strip the right end, Replace / {2,}/ by
+// ▁"), alone or in a Sequence. Anything else a tokenizer.json may name there (Lowercase, BERT's)
+// is refused by from_json with an error naming it.
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "text/charsmap.h"
 #include "text/regex_split.h"
 #include "util/json.h"
 
@@ -30,13 +31,15 @@ std::string normalize_whole(std::string_view text, NormalForm form);
 class Normalizer {
  public:
   struct Step {
-    enum Kind { kForm, kPrepend, kReplace, kReplaceRegex, kStrip } kind = kForm;
+    enum Kind { kForm, kPrepend, kReplace, kReplaceRegex, kStrip, kPrecompiled } kind = kForm;
     NormalForm form = NormalForm::kNfc;  // kForm
-    // kPrepend: what goes in front; kReplace: what is replaced; kReplaceRegex: the pattern
+    // kPrepend: what goes in front; kReplace: what is replaced; kReplaceRegex: the pattern;
+    // kPrecompiled: the character map's base64
     std::string text;
     std::string by;                    // kReplace, kReplaceRegex: what replaces each match
     bool left = false, right = false;  // kStrip: the White_Space stripped at either end
     std::shared_ptr<const RegexSplitter> regex;  // kReplaceRegex: `text` compiled
+    std::shared_ptr<const Charsmap> charsmap;    // kPrecompiled: `text` read
     bool operator==(const Step& o) const {
       return kind == o.kind && form == o.form && text == o.text && by == o.by && left == o.left &&
              right == o.right;
@@ -46,8 +49,9 @@ class Normalizer {
   explicit Normalizer(std::vector<NormalForm> forms);
   // A tokenizer.json `normalizer` value: null, {"type": "NFC"} (or NFD, NFKC, NFKD),
   // {"type": "Prepend", "prepend": S}, {"type": "Replace", "pattern": {"String": S} or
-  // {"Regex": R}, "content": T}, {"type": "Strip", "strip_left": B, "strip_right": B}, or
-  // {"type": "Sequence", "normalizers": [...]} of those. Anything else throws naming `where`.
+  // {"Regex": R}, "content": T}, {"type": "Strip", "strip_left": B, "strip_right": B},
+  // {"type": "Precompiled", "precompiled_charsmap": BASE64}, or {"type": "Sequence",
+  // "normalizers": [...]} of those. Anything else throws naming `where`.
   static Normalizer from_json(const json& j, const std::string& where);
   // A command-line value: "none" or one form, in either case ("nfc", "NFKC"); else throws.
   static Normalizer named(const std::string& name);

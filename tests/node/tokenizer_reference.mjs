@@ -13,6 +13,13 @@
 //   node tokenizer_reference.mjs spm MODEL OUT_JSON
 //     converts a sentencepiece Unigram model (spm_train's MODEL.model) into the tokenizer.json
 //     that Hugging Face's converter writes for it (see spmToTokenizerJson).
+//   node tokenizer_reference.mjs normal-lines OUT
+//     writes lines that exercise a normalizer: every code point of planes 0-2 alone (no
+//     surrogates, no line breaks), every seventh also inside text, after a full-width letter and
+//     before a combining mark, and random strings of characters that compose, decompose, join
+//     into grapheme clusters or are spaces and controls.
+//   node tokenizer_reference.mjs normalize TOKENIZER_JSON LINES
+//     HF's normalizer of the tokenizer.json applied to each line of LINES, one line each.
 //   node tokenizer_reference.mjs compare TOKENIZER_JSON DOCS_JSONL
 //     DOCS_JSONL: `lol tokenizer encode --input DIR` output, {source, text, ids, decoded} per
 //     line: HF's ids must equal ours, HF's decoding our decoding (and the text itself, in the
@@ -221,6 +228,31 @@ if (mode === "variants") {
 } else if (mode === "spm") {
   writeFileSync(target, JSON.stringify(spmToTokenizerJson(readFileSync(tokenizerPath))));
   console.log(`spm: ${target}`);
+} else if (mode === "normal-lines") {
+  const lines = [];
+  const chars = [];
+  for (let cp = 0; cp < 0x30000; ++cp)
+    if (!(cp >= 0xd800 && cp <= 0xdfff) && cp !== 0x0a && cp !== 0x0d) chars.push(String.fromCodePoint(cp));
+  for (const [i, c] of chars.entries()) {
+    lines.push(c);
+    if (i % 7 === 0) lines.push(`a${c}b`, `\uff21${c}`, `${c}\u0301`);
+  }
+  const pool = [..."aeAE \t\u00a0\u3000\u2028\u0301\u0308\u0323\u0327\u1100\u1161\u11a8\uac00\uff21\uff41" +
+    "\u2460\ufb01\u212b\u1e9b\u0958\u0915\u093c\u094d\u200d\u200c\u0000\u0001\u007f\u0085\ufeff" +
+    "\u{1f468}\u{1f469}\u{1f1ef}\u{1f1f5}\u{1f3fb}\u0e33\u0e40\u3099\u309a\u304b\uff76\uff9e\u00bd"];
+  let seed = 12345;
+  const random = (n) => (seed = (seed * 1103515245 + 12345) % 2147483648) % n;
+  for (let k = 0; k < 20000; ++k) {
+    let line = "";
+    for (let n = 1 + random(12); n > 0; --n) line += pool[random(pool.length)];
+    lines.push(line);
+  }
+  writeFileSync(tokenizerPath, lines.join("\n") + "\n");
+} else if (mode === "normalize") {
+  const normalizer = Tokenizer.fromFile(tokenizerPath).getNormalizer();
+  const lines = readFileSync(target, "utf8").split("\n");
+  if (lines[lines.length - 1] === "") lines.pop();
+  process.stdout.write(lines.map((l) => (normalizer ? normalizer.normalizeString(l) : l) + "\n").join(""));
 } else if (mode === "compare") {
   const tok = Tokenizer.fromFile(tokenizerPath);
   // GPT-2's layout puts a space before a text (and after an added token) that does not start
@@ -242,10 +274,15 @@ if (mode === "variants") {
   // spaces run or whitespace ends the text.
   const steps = !json.normalizer ? [] : json.normalizer.type === "Sequence" ? json.normalizer.normalizers
     : [json.normalizer];
+  // With sentencepiece's character map (Precompiled: NFKC and its own rules for whitespace and
+  // control characters), only where NFKC leaves the text and it has no control character
+  // (newlines included: the map makes them spaces).
   const squeezes = steps.some((n) => n.type === "Strip" || n.pattern?.Regex !== undefined);
+  const charsmap = steps.some((n) => n.type === "Precompiled");
   const exact = (doc) => !prefix && !doc.ids.some((i) => stripping.has(i)) && !(sentencepiece &&
     (doc.ids.some((i) => special.has(i)) || /^\s/.test(doc.text))) &&
-    !(squeezes && / {2,}|\s$/.test(doc.text));
+    !(squeezes && / {2,}|\s$/.test(doc.text)) &&
+    !(charsmap && (doc.text.normalize("NFKC") !== doc.text || /[\x00-\x1f\x7f]/.test(doc.text)));
   let docs = 0, tokens = 0, bytes = 0, mismatches = 0, exactDocs = 0;
   const lines = createInterface({ input: createReadStream(target), crlfDelay: Infinity });
   for await (const line of lines) {
