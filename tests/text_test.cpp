@@ -786,6 +786,21 @@ TEST(Unigram, EncodesAndDecodesAsHfDoes) {
     EXPECT_EQ(again->encode("  thé  xyz  bc  "), t->encode("  thé  xyz  bc  "));
     EXPECT_EQ(t->describe()["kind"], "Unigram");
   }
+  // The older layout of T5's files: words split at Unicode whitespace (tab, U+3000, newline)
+  // before Metaspace puts "▁" in front of each.
+  auto j = unigram_json(true);
+  const json split_first = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "WhitespaceSplit"}},
+        {{"type", "Metaspace"}, {"replacement", "▁"}, {"add_prefix_space", true}}}}};
+  j["pre_tokenizer"] = split_first;
+  const auto t5 = BpeTokenizer::from_json(j, "t5");
+  const Ids words = {260, 262, 268, 259, 275, 260, 281};
+  EXPECT_EQ(t5->encode("the\tabc  x\u3000the\n s"), words);
+  EXPECT_EQ(t5->decode(words), "the abc x the s");
+  EXPECT_EQ(t5->encode("  ab"), (Ids{270}));
+  EXPECT_EQ(BpeTokenizer::from_json(t5->to_json(), "again")->encode("the\tabc"), (Ids{260, 262, 268}));
 }
 
 // The slow, obviously correct Unigram: every segmentation of the text into vocabulary tokens
@@ -885,6 +900,15 @@ TEST(Unigram, BrokenModelsAndUnknownTextWithoutAnUnknownTokenAreOneClearError) {
   j = unigram_json(true);
   j["pre_tokenizer"] = {{"type", "ByteLevel"}};
   expect_error(j, "a Unigram model with a ByteLevel pre-tokenizer is not supported");
+  j = unigram_json(true);
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", {j["pre_tokenizer"], {{"type", "WhitespaceSplit"}}}}};
+  expect_error(j, "WhitespaceSplit is supported once, before a Metaspace");
+  j = unigram_json(true);
+  j["pre_tokenizer"]["prepend_scheme"] = "first";
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", {{{"type", "WhitespaceSplit"}}, j["pre_tokenizer"]}}};
+  expect_error(j, "prepend_scheme \"first\" after WhitespaceSplit is not supported");
   j = unigram_json(false);
   j["model"]["unk_id"] = nullptr;
   expect_error(j, "'z' is not in the vocabulary and the tokenizer has no unknown token", "the z");

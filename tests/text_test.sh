@@ -49,7 +49,8 @@ grep -q "^word cuts *before each run of" "$work/info.txt" || fail "tokenizer inf
 # Unigram: sentencepiece's own trainer (spm_train) makes two models of the fixtures and this
 # repository's docs, converted as HF's converter does: one with sentencepiece's default
 # normalization (nmt_nfkc, written as a Precompiled character map) and byte fallback, one with
-# none and unknown characters. Every document must encode and decode as HF's tokenizers do.
+# none and unknown characters; each also in the older layout of T5's files (WhitespaceSplit).
+# Every document must encode and decode as HF's tokenizers do.
 command -v spm_train > /dev/null || fail "spm_train is missing: run scripts/setup.sh (Debian's sentencepiece)"
 find "$text" -name '*.txt' -print0 | sort -z | xargs -0 cat > "$work/spm.txt"
 cat "$work/spm.txt" "$work/spm.txt" "$root/docs/text.md" "$root/docs/architecture.md" > "$work/spm-train.txt"
@@ -60,8 +61,10 @@ for kind in nmt_nfkc:true identity:false; do
     --byte_fallback=$fallback --normalization_rule_name=$rule --minloglevel=2 > /dev/null 2>&1 ||
     fail "spm_train failed ($kind)"
   node "$node_dir/tokenizer_reference.mjs" spm "$work/unigram-$rule.model" "$work/unigram-$rule.json" > /dev/null
-  "$lol" tokenizer encode --tokenizer "$work/unigram-$rule.json" --input "$work/text" > "$work/unigram-$rule.jsonl"
-  node "$node_dir/tokenizer_reference.mjs" compare "$work/unigram-$rule.json" "$work/unigram-$rule.jsonl"
+  for v in "unigram-$rule" "unigram-$rule-t5"; do
+    "$lol" tokenizer encode --tokenizer "$work/$v.json" --input "$work/text" > "$work/$v.jsonl"
+    node "$node_dir/tokenizer_reference.mjs" compare "$work/$v.json" "$work/$v.jsonl"
+  done
 done
 grep -q '"Precompiled"' "$work/unigram-nmt_nfkc.json" || fail "the nmt_nfkc model has no Precompiled normalizer"
 # Normalizers alone (`lol tokenizer normalize`) against HF's on ~300,000 lines: every code point

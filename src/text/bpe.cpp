@@ -105,6 +105,12 @@ void read_pre_tokenizer(const json& p, const std::string& type, const std::strin
   } else if (type == "Metaspace") {
     LOL_CHECK(!model->metaspace, where, ": a second Metaspace pre-tokenizer");
     model->metaspace = Metaspace::from_json(p, where);
+    LOL_CHECK(!model->whitespace_split || model->metaspace->prepend != PrependScheme::kFirst, where,
+              ": prepend_scheme \"first\" after WhitespaceSplit is not supported");
+  } else if (type == "WhitespaceSplit") {
+    LOL_CHECK(!model->metaspace && !model->whitespace_split, where,
+              ": WhitespaceSplit is supported once, before a Metaspace");
+    model->whitespace_split = true;
   } else if (type == "Split") {
     const auto& pattern = field(p, "pattern", where);
     LOL_CHECK(!flag(p, "invert"), where, ": inverted Split is not supported");
@@ -121,7 +127,7 @@ void read_pre_tokenizer(const json& p, const std::string& type, const std::strin
     }
   } else {
     fail(where, ": pre-tokenizer type \"", type,
-         "\" is not supported (Split, ByteLevel, Metaspace, Sequence)");
+         "\" is not supported (Split, ByteLevel, Metaspace, WhitespaceSplit, Sequence)");
   }
 }
 
@@ -264,8 +270,10 @@ BpeTokenizer::BpeTokenizer(Model model, std::string name)
   }
   LOL_CHECK(bytes || model_.patterns.empty(), name_,
             ": Split pre-tokenizers are only supported with byte-level BPE");
-  LOL_CHECK(!bytes || (!model_.metaspace && !model_.byte_fallback && !model_.unk), name_,
-            ": a byte-level BPE has no Metaspace, byte fallback or unknown token");
+  LOL_CHECK(!bytes || (!model_.metaspace && !model_.whitespace_split && !model_.byte_fallback &&
+                       !model_.unk),
+            name_,
+            ": a byte-level BPE has no Metaspace, WhitespaceSplit, byte fallback or unknown token");
   LOL_CHECK(
       !model_.unk || (*model_.unk >= 0 && *model_.unk < n && !model_.tokens[*model_.unk].empty()),
       name_, ": the unknown token's id is not in the vocabulary");
@@ -536,7 +544,26 @@ void BpeTokenizer::encode_plain(std::string_view text, bool at_start,
   if (text.empty()) return;
   std::string prefixed;
   std::vector<std::string_view> pieces, next;
-  if (model_.metaspace) {
+  std::vector<std::string> words;  // WhitespaceSplit's words, with Metaspace's prefix
+  if (model_.whitespace_split) {
+    for (size_t at = 0; at < text.size();) {
+      size_t end = at;
+      while (end < text.size() && !white_space(code_point_at(text, end)))
+        end += utf8_length(static_cast<unsigned char>(text[end]));
+      if (end > at) words.emplace_back(text.substr(at, end - at));
+      at = end;
+      while (at < text.size() && white_space(code_point_at(text, at)))
+        at += utf8_length(static_cast<unsigned char>(text[at]));
+    }
+    for (auto& w : words) {  // (no reallocation: views into the words stay valid)
+      if (!model_.metaspace) {
+        pieces.push_back(w);
+        continue;
+      }
+      w = model_.metaspace->apply(w, at_start);  // not "first" here (refused on load)
+      model_.metaspace->split_pieces(w, &pieces);
+    }
+  } else if (model_.metaspace) {
     prefixed = model_.metaspace->apply(text, at_start);
     model_.metaspace->split_pieces(prefixed, &pieces);
   } else {
@@ -748,6 +775,13 @@ json BpeTokenizer::to_json() const {
                {"use_regex", true}};
   } else {
     if (model_.metaspace) pre_tokenizer = model_.metaspace->to_json();
+    if (model_.whitespace_split) {
+      const json split = {{"type", "WhitespaceSplit"}};
+      pre_tokenizer =
+          pre_tokenizer.is_null()
+              ? split
+              : json{{"type", "Sequence"}, {"pretokenizers", json::array({split, pre_tokenizer})}};
+    }
     decoder = model_.decoder.to_json();
   }
   json model;

@@ -57,9 +57,11 @@ class BpeTokenizer : public Tokenizer {
     std::vector<std::string> patterns;
     bool add_prefix_space = false;
     // Sentencepiece-style: the Metaspace pre-tokenizer if any (else each text between added
-    // tokens is one pre-token), byte fallback, the unknown token (consecutive unknown
-    // characters fused into one when fuse_unk), and the decoder chain.
+    // tokens is one pre-token), maybe after WhitespaceSplit (older T5 files), byte fallback, the
+    // unknown token (consecutive unknown characters fused into one when fuse_unk), and the
+    // decoder chain.
     std::optional<Metaspace> metaspace;
+    bool whitespace_split = false;  // before Metaspace: words between Unicode whitespace
     bool byte_fallback = false;
     std::optional<int64_t> unk;
     bool fuse_unk = false;

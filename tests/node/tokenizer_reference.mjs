@@ -12,7 +12,8 @@
 //     characters: see sentencepieceLayouts).
 //   node tokenizer_reference.mjs spm MODEL OUT_JSON
 //     converts a sentencepiece Unigram model (spm_train's MODEL.model) into the tokenizer.json
-//     that Hugging Face's converter writes for it (see spmToTokenizerJson).
+//     that Hugging Face's converter writes for it (see spmToTokenizerJson), and into the older
+//     layout of T5's files (OUT-t5.json: WhitespaceSplit before Metaspace).
 //   node tokenizer_reference.mjs normal-lines OUT
 //     writes lines that exercise a normalizer: every code point of planes 0-2 alone (no
 //     surrogates, no line breaks), every seventh also inside text, after a full-width letter and
@@ -226,8 +227,18 @@ if (mode === "variants") {
   writeFileSync(`${target}/nfkd.json`, JSON.stringify(nfkd));
   console.log("variants: gpt2.json llama3.json qwen2.json nfkd.json llama2.json mistral.json spm-unk.json");
 } else if (mode === "spm") {
-  writeFileSync(target, JSON.stringify(spmToTokenizerJson(readFileSync(tokenizerPath))));
-  console.log(`spm: ${target}`);
+  const converted = spmToTokenizerJson(readFileSync(tokenizerPath));
+  writeFileSync(target, JSON.stringify(converted));
+  // The older layout T5's files have: words split at whitespace first, each with "▁" in front
+  // (the older add_prefix_space spelling), runs of spaces squeezed to one, no Strip.
+  const t5 = structuredClone(converted);
+  const metaspace = { type: "Metaspace", replacement: "\u2581", add_prefix_space: true };
+  t5.pre_tokenizer = { type: "Sequence", pretokenizers: [{ type: "WhitespaceSplit" }, metaspace] };
+  t5.decoder = metaspace;
+  t5.normalizer.normalizers = t5.normalizer.normalizers.filter((n) => n.type === "Precompiled")
+    .concat([{ type: "Replace", pattern: { Regex: " {2,}" }, content: " " }]);
+  writeFileSync(target.replace(/\.json$/, "-t5.json"), JSON.stringify(t5));
+  console.log(`spm: ${target}, ${target.replace(/\.json$/, "-t5.json")}`);
 } else if (mode === "normal-lines") {
   const lines = [];
   const chars = [];
@@ -279,7 +290,13 @@ if (mode === "variants") {
   // (newlines included: the map makes them spaces).
   const squeezes = steps.some((n) => n.type === "Strip" || n.pattern?.Regex !== undefined);
   const charsmap = steps.some((n) => n.type === "Precompiled");
-  const exact = (doc) => !prefix && !doc.ids.some((i) => stripping.has(i)) && !(sentencepiece &&
+  // Nor where byte tokens stand for characters and the decoder has no ByteFallback (T5's layout).
+  const entries = Array.isArray(json.model.vocab) ? json.model.vocab.map(([t], i) => [t, i])
+    : Object.entries(json.model.vocab);
+  const byteIds = new Set(entries.filter(([t]) => /^<0x[0-9A-F]{2}>$/.test(t)).map(([, i]) => i));
+  const rawBytes = !JSON.stringify(json.decoder ?? null).includes("ByteFallback");
+  const exact = (doc) => !(rawBytes && doc.ids.some((i) => byteIds.has(i))) &&
+    !prefix && !doc.ids.some((i) => stripping.has(i)) && !(sentencepiece &&
     (doc.ids.some((i) => special.has(i)) || /^\s/.test(doc.text))) &&
     !(squeezes && / {2,}|\s$/.test(doc.text)) &&
     !(charsmap && (doc.text.normalize("NFKC") !== doc.text || /[\x00-\x1f\x7f]/.test(doc.text)));
