@@ -800,7 +800,8 @@ TEST(Unigram, EncodesAndDecodesAsHfDoes) {
   EXPECT_EQ(t5->encode("the\tabc  x\u3000the\n s"), words);
   EXPECT_EQ(t5->decode(words), "the abc x the s");
   EXPECT_EQ(t5->encode("  ab"), (Ids{270}));
-  EXPECT_EQ(BpeTokenizer::from_json(t5->to_json(), "again")->encode("the\tabc"), (Ids{260, 262, 268}));
+  EXPECT_EQ(BpeTokenizer::from_json(t5->to_json(), "again")->encode("the\tabc"),
+            (Ids{260, 262, 268}));
 }
 
 // The slow, obviously correct Unigram: every segmentation of the text into vocabulary tokens
@@ -978,11 +979,10 @@ TEST(Charsmap, RulesReplaceGraphemeClustersAndCharactersAsHfDoes) {
       {{"type", "Precompiled"}, {"precompiled_charsmap", charsmap_base64()}}, "n");
   EXPECT_EQ(normalizer.apply("abc"), "bb");
   EXPECT_EQ(normalizer.to_json()["precompiled_charsmap"], charsmap_base64());
-  // A rule that points past the replacement strings is an error when it is used.
-  const Charsmap broken(charsmap_base64(1000), "broken");
-  EXPECT_EQ(broken.apply("xay"), "xby");
+  // A rule that points past the replacement strings is an error (on load for an ASCII key,
+  // whose rule is looked up then; on use for others).
   try {
-    broken.apply("cat");
+    const Charsmap broken(charsmap_base64(1000), "broken");
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("a rule points at byte 1000"), std::string::npos)

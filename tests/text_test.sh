@@ -46,14 +46,14 @@ grep -q "^word cuts *before each run of" "$work/info.txt" || fail "tokenizer inf
   node -e 'const d = JSON.parse(require("fs").readFileSync(0, "utf8"));
            if (d.kind !== "byte-level BPE" || d.normalizer.type !== "NFC" || d.cut_before !== null) process.exit(1);' ||
   fail "tokenizer info --json of the Qwen2 layout"
-# Unigram: sentencepiece's own trainer (spm_train) makes two models of the fixtures and this
-# repository's docs, converted as HF's converter does: one with sentencepiece's default
+# Unigram: sentencepiece's own trainer (spm_train, deterministic) makes two models of the
+# fixtures, converted as HF's converter does: one with sentencepiece's default
 # normalization (nmt_nfkc, written as a Precompiled character map) and byte fallback, one with
 # none and unknown characters; each also in the older layout of T5's files (WhitespaceSplit).
 # Every document must encode and decode as HF's tokenizers do.
 command -v spm_train > /dev/null || fail "spm_train is missing: run scripts/setup.sh (Debian's sentencepiece)"
 find "$text" -name '*.txt' -print0 | sort -z | xargs -0 cat > "$work/spm.txt"
-cat "$work/spm.txt" "$work/spm.txt" "$root/docs/text.md" "$root/docs/architecture.md" > "$work/spm-train.txt"
+cat "$work/spm.txt" "$work/spm.txt" "$work/spm.txt" > "$work/spm-train.txt"
 for kind in nmt_nfkc:true identity:false; do
   rule=${kind%:*} fallback=${kind#*:}
   spm_train --input="$work/spm-train.txt" --model_prefix="$work/unigram-$rule" --vocab_size=800 \

@@ -57,6 +57,10 @@ Charsmap::Charsmap(const std::string& base64, const std::string& where) : base64
   replacements_ = blob.substr(4 + size);
   LOL_CHECK(valid_utf8(replacements_), where,
             ": precompiled_charsmap's replacement strings are not UTF-8");
+  for (int c = 0; c < 128; ++c) {
+    const char ch = static_cast<char>(c);
+    ascii_[c] = rule(std::string_view(&ch, 1));
+  }
 }
 
 std::optional<std::string_view> Charsmap::rule(std::string_view chunk) const {
@@ -87,38 +91,57 @@ std::optional<std::string_view> Charsmap::rule(std::string_view chunk) const {
 std::string Charsmap::apply(std::string_view text) const {
   std::string out;
   out.reserve(text.size() + text.size() / 8);
-  auto append_chars = [&](std::string_view cluster) {
+  // A grapheme cluster: replaced whole when short and a key is a prefix of it, else character
+  // by character.
+  auto flush = [&](size_t begin, size_t end) {
+    if (end <= begin) return;
+    const auto cluster = text.substr(begin, end - begin);
+    if (const auto whole = cluster.size() < 6 ? rule(cluster) : std::nullopt) {
+      out.append(*whole);
+      return;
+    }
     for (size_t i = 0; i < cluster.size();) {
-      const size_t len = utf8_length(static_cast<unsigned char>(cluster[i]));
-      const auto ch = cluster.substr(i, len);
+      const auto ch = cluster.substr(i, utf8_length(static_cast<unsigned char>(cluster[i])));
       const auto r = rule(ch);
       out.append(r ? *r : ch);
-      i += len;
+      i += ch.size();
     }
   };
+  auto ascii = [&](size_t i) { return static_cast<unsigned char>(text[i]) < 0x80; };
   utf8proc_int32_t state = 0;
-  size_t begin = 0;
+  size_t begin = 0;  // where the cluster being collected starts
   uint32_t previous = 0;
-  for (size_t i = 0; i <= text.size();) {
-    const bool end = i == text.size();
-    const uint32_t cp = end ? 0 : code_point_at(text, i);
-    if (end ||
-        (i > 0 && utf8proc_grapheme_break_stateful(static_cast<utf8proc_int32_t>(previous),
-                                                   static_cast<utf8proc_int32_t>(cp), &state))) {
-      if (i > begin) {
-        const auto cluster = text.substr(begin, i - begin);
-        const auto whole = cluster.size() < 6 ? rule(cluster) : std::nullopt;
-        if (whole)
-          out.append(*whole);
-        else
-          append_chars(cluster);
-      }
+  for (size_t i = 0; i < text.size();) {
+    // Quick path: an ASCII character between ASCII characters (not in a CR LF) is a cluster of
+    // its own (UAX #29 breaks there), so it takes its rule from a table. Its neighbour after it
+    // is ASCII too, so a break follows it as well; utf8proc's state restarts from zero, which
+    // is what it is after a break.
+    const bool quick = ascii(i) && (i == 0 || ascii(i - 1)) &&
+                       (i + 1 == text.size() || ascii(i + 1)) &&
+                       !(text[i] == '\n' && i > 0 && text[i - 1] == '\r') &&
+                       !(text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n');
+    if (quick) {
+      flush(begin, i);
+      const auto& r = ascii_[static_cast<unsigned char>(text[i])];
+      if (r)
+        out.append(*r);
+      else
+        out.push_back(text[i]);
+      previous = static_cast<unsigned char>(text[i]);
+      state = 0;
+      begin = ++i;
+      continue;
+    }
+    const uint32_t cp = code_point_at(text, i);
+    if (i > begin && utf8proc_grapheme_break_stateful(static_cast<utf8proc_int32_t>(previous),
+                                                      static_cast<utf8proc_int32_t>(cp), &state)) {
+      flush(begin, i);
       begin = i;
-      if (end) break;
     }
     previous = cp;
     i += utf8_length(static_cast<unsigned char>(text[i]));
   }
+  flush(begin, text.size());
   return out;
 }
 

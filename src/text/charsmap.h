@@ -19,8 +19,12 @@ namespace lol {
 class Charsmap {
  public:
   // From the base64 text of a tokenizer.json's `precompiled_charsmap`; throws lol::Error naming
-  // `where` if it is not base64 or not a charsmap.
+  // `where` if it is not base64 or not a charsmap. Not copyable: ascii_ points into
+  // replacements_.
   Charsmap(const std::string& base64, const std::string& where);
+
+  Charsmap(const Charsmap&) = delete;
+  Charsmap& operator=(const Charsmap&) = delete;
 
   const std::string& base64() const { return base64_; }
   std::string apply(std::string_view text) const;  // text: valid UTF-8
@@ -33,6 +37,7 @@ class Charsmap {
   std::string base64_;
   std::vector<uint32_t> units_;  // the double array
   std::string replacements_;     // NUL-terminated strings the trie's values point into
+  std::optional<std::string_view> ascii_[128];  // rule() of each ASCII character
 };
 
 // Standard base64 (RFC 4648, with padding); decode returns false on anything else.
