@@ -40,7 +40,7 @@ bool base64_decode(std::string_view text, std::string* bytes) {
   return true;
 }
 
-Charsmap::Charsmap(const std::string& base64, const std::string& where) : base64_(base64) {
+Charsmap::Charsmap(const std::string& base64, const std::string& where) {
   std::string blob;
   LOL_CHECK(base64_decode(base64, &blob), where, ": precompiled_charsmap is not base64");
   LOL_CHECK(blob.size() >= 4, where, ": precompiled_charsmap is shorter than its size field");

@@ -26,7 +26,6 @@ class Charsmap {
   Charsmap(const Charsmap&) = delete;
   Charsmap& operator=(const Charsmap&) = delete;
 
-  const std::string& base64() const { return base64_; }
   std::string apply(std::string_view text) const;  // text: valid UTF-8
 
  private:
@@ -34,7 +33,6 @@ class Charsmap {
   // rule points outside the replacement strings (a broken map: HF would panic).
   std::optional<std::string_view> rule(std::string_view chunk) const;
 
-  std::string base64_;
   std::vector<uint32_t> units_;  // the double array
   std::string replacements_;     // NUL-terminated strings the trie's values point into
   std::optional<std::string_view> ascii_[128];  // rule() of each ASCII character
