@@ -1,7 +1,11 @@
-// The packed inference kernel against torch::linear, and the Projection that dispatches to it.
+// The packed inference kernel against torch::linear, and the Projection that dispatches to it
+// (and pads rows under CPU autocast).
 #include "model/packed_gemm.h"
 
+#include <set>
+
 #include "helpers.h"
+#include "model/block.h"
 #include "train/precision.h"
 #include "util/runtime.h"
 
@@ -151,6 +155,53 @@ TEST(PackedGemm, ProjectionRepacksWhenTheWeightChanges) {
     auto y = projection.apply(many, {w, b});
     y.sum().backward();
     EXPECT_TRUE(w.grad().defined());
+  }
+}
+
+// Under CPU autocast a product runs over autocast_rows(n) rows, so that oneDNN compiles a kernel
+// for a bounded set of shapes however the routed slices' sizes change: at most 1/8 more rows,
+// eight sizes per power of two, and the padding changes neither the product nor its gradients.
+TEST(Projection, AutocastRowsAreBoundedAndThePaddingChangesNothing) {
+  std::set<int64_t> sizes;
+  for (int64_t n = 1; n <= 65536; ++n) {
+    const int64_t padded = autocast_rows(n);
+    ASSERT_GE(padded, n);
+    if (n <= 64) {
+      ASSERT_EQ(padded, n);
+    }
+    ASSERT_LE(8 * padded, 9 * n) << n;
+    ASSERT_EQ(autocast_rows(padded), padded) << n;
+    sizes.insert(padded);
+  }
+  EXPECT_LE(sizes.size(), 64u + 8u * 10u);  // up to 64, then eight per octave up to 2^16
+
+  torch::manual_seed(5);
+  auto a = torch::randn({24, 16}), b = torch::randn({8, 16});
+  Projection projection;
+  for (int64_t rows : {7, 65, 300, 1000}) {
+    ASSERT_GT(autocast_rows(rows) - rows, rows > 64 ? 0 : -1);
+    auto x = torch::randn({rows, 16});
+    auto grad_out = torch::randn({rows, 32});
+    std::vector<torch::Tensor> got, want;
+    for (bool padded : {true, false}) {
+      auto xg = x.clone().requires_grad_(true);
+      auto ag = a.clone().requires_grad_(true);
+      torch::Tensor y;
+      {
+        AutocastGuard autocast(torch::kCPU, true);
+        // The reference: LibTorch's product over exactly the rows given.
+        y = padded ? projection.apply(xg, {ag, b})
+                   : torch::nn::functional::linear(xg, torch::cat({ag, b}, 0));
+      }
+      ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+      ASSERT_EQ(y.size(0), rows);
+      (y.to(torch::kFloat32) * grad_out).sum().backward();
+      auto& out = padded ? got : want;
+      out = {y.to(torch::kFloat32), xg.grad(), ag.grad()};
+    }
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-2, 1e-2))
+          << rows << " rows, output " << i << ": " << testing::max_abs_diff(got[i], want[i]);
   }
 }
 

@@ -43,7 +43,24 @@ int64_t output_columns(const std::vector<torch::Tensor>& parts) {
 torch::nn::Linear linear(int64_t in, int64_t out) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
 }
+// LibTorch's x W^T; under CPU autocast over autocast_rows(n) rows, zero rows added and dropped.
+torch::Tensor autocast_linear(const torch::Tensor& x, const torch::Tensor& w) {
+  if (x.dim() != 2 || !x.device().is_cpu() || !autocast_enabled(torch::kCPU))
+    return torch::nn::functional::linear(x, w);
+  const int64_t rows = x.size(0), padded = autocast_rows(rows);
+  if (padded == rows) return torch::nn::functional::linear(x, w);
+  return torch::nn::functional::linear(torch::constant_pad_nd(x, {0, 0, 0, padded - rows}), w)
+      .narrow(0, 0, rows);
+}
 }  // namespace
+
+int64_t autocast_rows(int64_t rows) {
+  if (rows <= 64) return rows;
+  int64_t power = 64;  // the largest power of two <= rows
+  while (power * 2 <= rows) power *= 2;
+  const int64_t step = power / 8;
+  return (rows + step - 1) / step * step;
+}
 
 AttentionImpl::AttentionImpl(const ModelConfig& c)
     : heads(c.n_heads), kv_heads(c.n_kv_heads), head_dim(c.head_dim()) {
@@ -70,12 +87,12 @@ torch::Tensor Projection::apply(const torch::Tensor& x, const std::vector<torch:
     // cached stack as one slice of a sliced product, gradients routed to the parts.
     if (x.dim() == 2 && !autocast_enabled(x.device().type()))
       return sliced_linear(x, {x.size(0)}, {{parts, stacked(parts)}});
-    return torch::nn::functional::linear(x, parts.size() == 1 ? parts[0] : torch::cat(parts, 0));
+    return autocast_linear(x, parts.size() == 1 ? parts[0] : torch::cat(parts, 0));
   }
   auto panels = panels_for(x, parts);
   if (panels.defined()) return packed_gemm(x.contiguous(), panels, output_columns(parts));
   std::lock_guard<std::mutex> lock(mutex_);
-  return torch::nn::functional::linear(x, weight(parts));
+  return autocast_linear(x, weight(parts));
 }
 
 torch::Tensor Projection::panels_for(const torch::Tensor& x,
@@ -423,9 +440,9 @@ torch::Tensor run_layer(const torch::Tensor& x, const LayerRows& rows,
     ProfileScope scope("norm");
     return rows.sublayer_input(rms_normalize(h, eps), attention);
   };
-  auto qkv = rows.project(sublayer_inputs(x, true), [](BlockImpl& b) {
+  auto qkv = widen_for_cpu_kernels(rows.project(sublayer_inputs(x, true), [](BlockImpl& b) {
     return ProjectionRef{&b.qkv, b.qkv_weights()};
-  });
+  }));
   torch::Tensor attended;
   {
     ProfileScope scope("attend");
@@ -439,9 +456,9 @@ torch::Tensor run_layer(const torch::Tensor& x, const LayerRows& rows,
     ProfileScope scope("moe");
     return a + rows.moe(inputs);
   }
-  auto gate_up = rows.project(inputs, [](BlockImpl& b) {
+  auto gate_up = widen_for_cpu_kernels(rows.project(inputs, [](BlockImpl& b) {
     return ProjectionRef{&b.ffn->gate_up, {b.ffn->gate->weight, b.ffn->up->weight}};
-  });
+  }));
   torch::Tensor hidden_act;
   {
     ProfileScope scope("swiglu");

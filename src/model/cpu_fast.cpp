@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "util/autocast.h"
+
 namespace lol {
 
 bool cpu_fp32_contiguous(std::initializer_list<const torch::Tensor*> tensors) {
@@ -16,6 +18,14 @@ bool cpu_fp32_contiguous(std::initializer_list<const torch::Tensor*> tensors) {
 
 bool cpu_fast_path(std::initializer_list<const torch::Tensor*> tensors) {
   return !torch::GradMode::is_enabled() && cpu_fp32_contiguous(tensors);
+}
+
+torch::Tensor widen_for_cpu_kernels(const torch::Tensor& x) {
+  const auto type = x.scalar_type();
+  if (!x.device().is_cpu() || (type != torch::kBFloat16 && type != torch::kFloat16) ||
+      !autocast_enabled(torch::kCPU))
+    return x;
+  return x.to(torch::kFloat32);
 }
 
 namespace {
