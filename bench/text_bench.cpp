@@ -5,14 +5,14 @@
 
 #include "bench_util.h"
 #include "suites.h"
-#include "text/bpe.h"
 #include "text/corpus.h"
+#include "text/subword.h"
 #include "util/version.h"
 
 namespace lol::bench {
 
 void bench_tokenizer(const TokenizerBenchOptions& o) {
-  const auto tok = BpeTokenizer::load(o.tokenizer);
+  const auto tok = SubwordTokenizer::load(o.tokenizer);
   CorpusSummary ignored;
   std::map<std::string, std::vector<std::string>> by_label;
   std::map<std::string, int64_t> bytes;

@@ -7,8 +7,8 @@
 #include <algorithm>
 
 #include "fuzz_target.h"
-#include "text/bpe.h"
 #include "text/normalizer.h"
+#include "text/subword.h"
 #include "text/utf8.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                      o);
   }();
   const std::string rest = fuzz::text_of(data + 1, size - 1);
-  auto round_trip = [](const BpeTokenizer& t, const std::string& text) {
+  auto round_trip = [](const SubwordTokenizer& t, const std::string& text) {
     const auto ids = t.encode(text);
     for (auto id : ids) fuzz::expect(id >= 0 && id < t.vocab_size(), "ids are in the vocabulary");
     // Byte-level: the text in the tokenizer's normal form, if it has one. Sentencepiece-style
@@ -41,10 +41,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (data[0] % 2 == 0) {
       const json j = json::parse(rest, nullptr, false);
       if (j.is_discarded()) return;
-      const auto t = BpeTokenizer::from_json(j, "fuzz.json");
+      const auto t = SubwordTokenizer::from_json(j, "fuzz.json");
       round_trip(*t, "Grüße, мир! 東京 12345 <|endoftext|> x\n\n  y");
       // What it writes loads again to the same tokenizer.
-      const auto again = BpeTokenizer::from_json(t->to_json(), "again.json");
+      const auto again = SubwordTokenizer::from_json(t->to_json(), "again.json");
       fuzz::expect(again->to_json() == t->to_json(), "save and load keep the tokenizer");
     } else {
       if (!valid_utf8(rest)) {

@@ -12,10 +12,10 @@
 #include <random>
 #include <set>
 
-#include "text/bpe.h"
 #include "text/charsmap.h"
 #include "text/normalizer.h"
 #include "text/regex_split.h"
+#include "text/subword.h"
 #include "text/utf8.h"
 #include "util/error.h"
 
@@ -99,7 +99,7 @@ const std::vector<std::string>& corpus() {
   return docs;
 }
 
-std::unique_ptr<BpeTokenizer> small_bpe(int64_t vocab = 400) {
+std::unique_ptr<SubwordTokenizer> small_bpe(int64_t vocab = 400) {
   BpeTrainOptions o;
   o.vocab_size = vocab;
   o.min_frequency = 1;
@@ -231,7 +231,7 @@ TEST(Bpe, MergeLoopsAgreeWithTheTextbookAlgorithm) {
 
 TEST(Bpe, SavedTokenizerJsonLoadsToTheSameEncodings) {
   const auto t = small_bpe();
-  const auto loaded = BpeTokenizer::from_json(json::parse(t->to_json().dump()), "saved");
+  const auto loaded = SubwordTokenizer::from_json(json::parse(t->to_json().dump()), "saved");
   EXPECT_EQ(loaded->vocab_size(), t->vocab_size());
   EXPECT_EQ(loaded->eos(), t->eos());
   for (const auto& d : corpus()) EXPECT_EQ(loaded->encode(d), t->encode(d));
@@ -244,7 +244,7 @@ TEST(Bpe, Gpt2StyleTokenizerJsonLoads) {
   auto j = small_bpe()->to_json();
   j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}};
   j["model"]["vocab"]["<|endoftext|>"] = 398;
-  const auto t = BpeTokenizer::from_json(j, "gpt2-style");
+  const auto t = SubwordTokenizer::from_json(j, "gpt2-style");
   EXPECT_EQ(t->eos(), 398);
   const auto ids = t->encode("the fox");
   EXPECT_EQ(t->decode(ids), " the fox");  // the prefix space is part of the encoding
@@ -254,7 +254,7 @@ TEST(Bpe, Gpt2StyleTokenizerJsonLoads) {
     const auto s = m.get<std::string>();
     m = json::array({s.substr(0, s.find(' ')), s.substr(s.find(' ') + 1)});
   }
-  EXPECT_EQ(BpeTokenizer::from_json(pairs, "pairs")->encode("the fox"), ids);
+  EXPECT_EQ(SubwordTokenizer::from_json(pairs, "pairs")->encode("the fox"), ids);
 }
 
 // The examples of Unicode's UAX #15 (figures 3-6 and its table of the four forms), a
@@ -350,9 +350,9 @@ TEST(Normalizer, TokenizerJsonFormsAndSequencesRoundTrip) {
   EXPECT_EQ(both.apply("\ufb01\u1e9b\u0323"), "fi\u1e69");
 }
 
-std::unique_ptr<BpeTokenizer> with_normalizer(json j, const json& normalizer) {
+std::unique_ptr<SubwordTokenizer> with_normalizer(json j, const json& normalizer) {
   j["normalizer"] = normalizer;
-  return BpeTokenizer::from_json(j, "nfc");
+  return SubwordTokenizer::from_json(j, "nfc");
 }
 
 TEST(Bpe, NfcTokenizerEncodesCanonicallyEquivalentTextAlike) {
@@ -370,7 +370,7 @@ TEST(Bpe, NfcTokenizerEncodesCanonicallyEquivalentTextAlike) {
   expected.insert(expected.end(), e_acute.begin(), e_acute.end());
   EXPECT_EQ(t->encode("e\u0301<|endoftext|>e\u0301"), expected);
   // Saved and loaded, it keeps its normalizer.
-  const auto again = BpeTokenizer::from_json(json::parse(t->to_json().dump()), "again");
+  const auto again = SubwordTokenizer::from_json(json::parse(t->to_json().dump()), "again");
   EXPECT_EQ(again->to_json(), t->to_json());
   EXPECT_EQ(again->encode(decomposed), plain->encode(composed));
 }
@@ -401,7 +401,7 @@ TEST(Bpe, Qwen2StyleTokenizerJsonLoads) {
        {std::pair<std::string, int64_t>{"<|im_start|>", start}, {"<|im_end|>", start + 1}})
     j["added_tokens"].push_back(
         {{"id", id}, {"content", content}, {"special", true}, {"normalized", false}});
-  const auto t = BpeTokenizer::from_json(j, "qwen2-style");
+  const auto t = SubwordTokenizer::from_json(j, "qwen2-style");
   const auto ids = t->encode("<|im_start|>Cafe\u0301 42<|im_end|>");
   ASSERT_GE(ids.size(), 5u);
   EXPECT_EQ(ids.front(), start);
@@ -476,7 +476,7 @@ TEST(Bpe, AddedTokensStripWhitespaceAndMatchSingleWordsAsHfDoes) {
   };
   const auto mask = add("<mask>", "lstrip"), asst = add("<|assistant|>", "rstrip"),
              word = add("word", "single_word"), ord = add("ord", nullptr);
-  const auto t = BpeTokenizer::from_json(j, "flags");
+  const auto t = SubwordTokenizer::from_json(j, "flags");
   using Ids = std::vector<int64_t>;
   auto cat = [&](std::initializer_list<Ids> parts) {
     Ids out;
@@ -497,7 +497,7 @@ TEST(Bpe, AddedTokensStripWhitespaceAndMatchSingleWordsAsHfDoes) {
     EXPECT_EQ(t->encode(text), plain(text)) << text;
   EXPECT_EQ(t->encode("x ord"), cat({plain("x "), {ord}}));
   // The flags are written back.
-  const auto again = BpeTokenizer::from_json(t->to_json(), "again");
+  const auto again = SubwordTokenizer::from_json(t->to_json(), "again");
   EXPECT_EQ(again->to_json(), t->to_json());
   EXPECT_EQ(again->encode("a  <mask> b sword"), t->encode("a  <mask> b sword"));
 }
@@ -552,7 +552,7 @@ json sentencepiece_json(const std::string& layout) {
   return j;
 }
 
-std::vector<std::string> token_texts(const BpeTokenizer& t, const std::string& text) {
+std::vector<std::string> token_texts(const SubwordTokenizer& t, const std::string& text) {
   std::vector<std::string> out;
   for (const auto id : t.encode(text)) out.push_back(t.model().tokens.at(id));
   return out;
@@ -593,9 +593,9 @@ TEST(Bpe, SentencepieceStyleTokenizersEncodeAndDecodeAsHfDoes) {
       {"always", "  hi a", {u + u, "h", "i", u + "a"}, "hi a"},
       {"always", "a  \u00e9\u00e9", {u + "a", u + u, "\u00e9", "\u00e9"}, "a  \u00e9\u00e9"},
   };
-  std::map<std::string, std::unique_ptr<BpeTokenizer>> tokenizers;
+  std::map<std::string, std::unique_ptr<SubwordTokenizer>> tokenizers;
   for (const auto* layout : {"llama2", "first", "always"})
-    tokenizers[layout] = BpeTokenizer::from_json(sentencepiece_json(layout), layout);
+    tokenizers[layout] = SubwordTokenizer::from_json(sentencepiece_json(layout), layout);
   for (const auto& c : cases) {
     const auto& t = *tokenizers.at(c.layout);
     EXPECT_EQ(token_texts(t, c.text), c.tokens) << c.layout << ": '" << c.text << "'";
@@ -614,16 +614,16 @@ TEST(Bpe, SentencepieceUnknownCharactersAreFusedOrNotAndHeldBackAsHfHoldsThem) {
   using V = std::vector<std::string>;
   auto j = sentencepiece_json("always");
   j["model"]["byte_fallback"] = false;
-  EXPECT_EQ(token_texts(*BpeTokenizer::from_json(j, "fused"), "xyé ab"),
+  EXPECT_EQ(token_texts(*SubwordTokenizer::from_json(j, "fused"), "xyé ab"),
             (V{"▁", "<unk>", "é", "▁ab"}));
   j["model"]["fuse_unk"] = false;
-  EXPECT_EQ(token_texts(*BpeTokenizer::from_json(j, "unfused"), "xyé ab"),
+  EXPECT_EQ(token_texts(*SubwordTokenizer::from_json(j, "unfused"), "xyé ab"),
             (V{"▁", "<unk>", "<unk>", "é", "▁ab"}));
   // With byte fallback but no <0xF0> token, U+1F980 is unknown; HF keeps an unknown run back
   // until a character that is a token, so the bytes of the 'x' after it come first.
   j = sentencepiece_json("always");
   j["model"]["vocab"].erase("<0xF0>");
-  EXPECT_EQ(token_texts(*BpeTokenizer::from_json(j, "no-f0"), "🦀x🦀🦀é ab"),
+  EXPECT_EQ(token_texts(*SubwordTokenizer::from_json(j, "no-f0"), "🦀x🦀🦀é ab"),
             (V{"▁", "<0x78>", "<unk>", "é", "▁ab"}));
 }
 
@@ -640,9 +640,9 @@ TEST(Bpe, SentencepieceWordCutsLeaveEncodingsAsTheWholeTextGives) {
       auto j = sentencepiece_json(layout);
       j["model"]["byte_fallback"] = fallback;
       j["model"]["fuse_unk"] = !fallback;
-      const auto cut = BpeTokenizer::from_json(j, "cut");
+      const auto cut = SubwordTokenizer::from_json(j, "cut");
       j["model"]["vocab"]["h\u2581i"] = j["model"]["vocab"].size();
-      const auto whole = BpeTokenizer::from_json(j, "whole");
+      const auto whole = SubwordTokenizer::from_json(j, "whole");
       for (int n = 0; n < 300; ++n) {
         std::string text;
         for (int k = std::uniform_int_distribution<int>(1, 30)(rng); k > 0; --k)
@@ -656,14 +656,14 @@ TEST(Bpe, SentencepieceWordCutsLeaveEncodingsAsTheWholeTextGives) {
   auto j = sentencepiece_json("llama2");
   j["model"]["vocab"]["h\u2581"] = j["model"]["vocab"].size();
   j["model"]["merges"].insert(j["model"]["merges"].begin(), "h \u2581");
-  EXPECT_EQ(token_texts(*BpeTokenizer::from_json(j, "h_"), "h i"),
+  EXPECT_EQ(token_texts(*SubwordTokenizer::from_json(j, "h_"), "h i"),
             (std::vector<std::string>{"\u2581", "h\u2581", "i"}));
 }
 
 TEST(Bpe, SentencepieceStyleTokenizerJsonRoundTrips) {
   for (const auto* layout : {"llama2", "first", "always"}) {
-    const auto t = BpeTokenizer::from_json(sentencepiece_json(layout), layout);
-    const auto again = BpeTokenizer::from_json(json::parse(t->to_json().dump()), layout);
+    const auto t = SubwordTokenizer::from_json(sentencepiece_json(layout), layout);
+    const auto again = SubwordTokenizer::from_json(json::parse(t->to_json().dump()), layout);
     EXPECT_EQ(again->to_json(), t->to_json()) << layout;
     for (const char* text : {" hi  ab ", "</s>hi</s> ab", "xyé ab🦀", "  hi a"}) {
       EXPECT_EQ(again->encode(text), t->encode(text)) << layout << ": " << text;
@@ -672,7 +672,7 @@ TEST(Bpe, SentencepieceStyleTokenizerJsonRoundTrips) {
   }
   // The normalizer and decoder steps are written back as read.
   const auto llama = sentencepiece_json("llama2");
-  const auto written = BpeTokenizer::from_json(llama, "llama2")->to_json();
+  const auto written = SubwordTokenizer::from_json(llama, "llama2")->to_json();
   EXPECT_EQ(written["normalizer"], llama["normalizer"]);
   EXPECT_EQ(written["decoder"], llama["decoder"]);
   EXPECT_EQ(written["model"]["unk_token"], "<unk>");
@@ -686,8 +686,8 @@ TEST(Bpe, NormalizedAddedTokensMatchTheirNormalizedContent) {
   const int64_t id = static_cast<int64_t>(j["model"]["vocab"].size());
   j["added_tokens"].push_back(
       {{"id", id}, {"content", "hi"}, {"special", false}, {"normalized", true}});
-  const auto t = BpeTokenizer::from_json(j, "llama2+hi");
-  const auto plain = BpeTokenizer::from_json(sentencepiece_json("llama2"), "llama2");
+  const auto t = SubwordTokenizer::from_json(j, "llama2+hi");
+  const auto plain = SubwordTokenizer::from_json(sentencepiece_json("llama2"), "llama2");
   EXPECT_EQ(t->encode("a hi"), (std::vector<int64_t>{plain->encode("a")[0], id}));
   EXPECT_EQ(t->encode("ahi"), plain->encode("ahi"));
   EXPECT_EQ(t->encode("hi"), (std::vector<int64_t>{id}));
@@ -746,7 +746,7 @@ TEST(Unigram, EncodesAndDecodesAsHfDoes) {
   const json docs = json::parse(R"({"model": {"type": "Unigram", "unk_id": 0, "vocab": [
       ["<unk>", 0], ["a", 0], ["b", 0], ["c", 0], ["d", 0], ["cd", 1], ["ab", 2], ["abc", 5],
       ["abcd", 10]]}})");
-  const auto example = BpeTokenizer::from_json(docs, "example");
+  const auto example = SubwordTokenizer::from_json(docs, "example");
   EXPECT_EQ(example->encode("abcdacdxx"), (Ids{8, 1, 5, 0}));
   EXPECT_EQ(example->encode("xaxbx"), (Ids{0, 1, 0, 2, 0}));
   EXPECT_EQ(example->encode("dcba"), (Ids{4, 3, 2, 1}));
@@ -775,13 +775,13 @@ TEST(Unigram, EncodesAndDecodesAsHfDoes) {
       {"zzé", {259, 0, 274}, "<unk>é"},  // "zz" fused into one <unk>
   };
   for (const bool bytes : {true, false}) {
-    const auto t = BpeTokenizer::from_json(unigram_json(bytes), "unigram");
+    const auto t = SubwordTokenizer::from_json(unigram_json(bytes), "unigram");
     for (const auto& c : bytes ? with_bytes : without) {
       EXPECT_EQ(t->encode(c.text), c.ids) << bytes << ": '" << c.text << "'";
       EXPECT_EQ(t->decode(c.ids), c.decoded) << bytes << ": '" << c.text << "'";
     }
     // Saved and loaded again: the same model, the same encodings.
-    const auto again = BpeTokenizer::from_json(t->to_json(), "again");
+    const auto again = SubwordTokenizer::from_json(t->to_json(), "again");
     EXPECT_EQ(again->to_json(), t->to_json());
     EXPECT_EQ(again->encode("  thé  xyz  bc  "), t->encode("  thé  xyz  bc  "));
     EXPECT_EQ(t->describe()["kind"], "Unigram");
@@ -795,12 +795,12 @@ TEST(Unigram, EncodesAndDecodesAsHfDoes) {
        {{{"type", "WhitespaceSplit"}},
         {{"type", "Metaspace"}, {"replacement", "▁"}, {"add_prefix_space", true}}}}};
   j["pre_tokenizer"] = split_first;
-  const auto t5 = BpeTokenizer::from_json(j, "t5");
+  const auto t5 = SubwordTokenizer::from_json(j, "t5");
   const Ids words = {260, 262, 268, 259, 275, 260, 281};
   EXPECT_EQ(t5->encode("the\tabc  x\u3000the\n s"), words);
   EXPECT_EQ(t5->decode(words), "the abc x the s");
   EXPECT_EQ(t5->encode("  ab"), (Ids{270}));
-  EXPECT_EQ(BpeTokenizer::from_json(t5->to_json(), "again")->encode("the\tabc"),
+  EXPECT_EQ(SubwordTokenizer::from_json(t5->to_json(), "again")->encode("the\tabc"),
             (Ids{260, 262, 268}));
 }
 
@@ -864,7 +864,7 @@ TEST(Unigram, ViterbiFindsTheSegmentationOfHighestScore) {
     }
     json list = json::array();
     for (const auto& [t, sc] : vocab) list.push_back(json::array({t, sc}));
-    const auto tokenizer = BpeTokenizer::from_json(
+    const auto tokenizer = SubwordTokenizer::from_json(
         {{"model", {{"type", "Unigram"}, {"unk_id", 0}, {"vocab", list}}}}, "random");
     for (int k = 0; k < 25; ++k) {
       std::string text(1 + rng() % 12, 'a');
@@ -879,7 +879,7 @@ TEST(Unigram, ViterbiFindsTheSegmentationOfHighestScore) {
 TEST(Unigram, BrokenModelsAndUnknownTextWithoutAnUnknownTokenAreOneClearError) {
   auto expect_error = [](const json& j, const std::string& needle, const std::string& text = "") {
     try {
-      const auto t = BpeTokenizer::from_json(j, "u.json");
+      const auto t = SubwordTokenizer::from_json(j, "u.json");
       t->encode(text);
       ADD_FAILURE() << "no error; expected one with " << needle;
     } catch (const Error& e) {
@@ -994,7 +994,7 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   const auto good = small_bpe()->to_json();
   auto expect_error = [&](json j, const std::string& needle) {
     try {
-      BpeTokenizer::from_json(j, "t.json");
+      SubwordTokenizer::from_json(j, "t.json");
       ADD_FAILURE() << "loaded; expected an error with " << needle;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();

@@ -22,7 +22,7 @@
 #include "analysis/strategy_control.h"
 #include "commands.h"
 #include "model/checkpoint.h"
-#include "text/bpe.h"
+#include "text/subword.h"
 #include "train/trainer.h"
 #include "util/files.h"
 #include "util/progress.h"
@@ -74,7 +74,7 @@ std::unique_ptr<LabelledSource> open_labelled(const LabelledFlags& f, int64_t vo
 std::unique_ptr<Tokenizer> text_tokenizer(const std::string& model) {
   const auto file = model_file(model, "tokenizer.json");
   if (!file) return nullptr;
-  return BpeTokenizer::load(*file);
+  return SubwordTokenizer::load(*file);
 }
 
 }  // namespace

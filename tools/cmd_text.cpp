@@ -4,8 +4,8 @@
 #include <iterator>
 
 #include "commands.h"
-#include "text/bpe.h"
 #include "text/corpus.h"
+#include "text/subword.h"
 #include "text/utf8.h"
 #include "util/error.h"
 #include "util/files.h"
@@ -102,7 +102,7 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
                      "a text tree INPUT/<label>/*.txt: one JSON line per document "
                      "{label, source, text, ids, decoded} (as `lol corpus build` reads it)");
   commands.emplace_back(encode, [e] {
-    const auto tok = BpeTokenizer::load(e->tokenizer);
+    const auto tok = SubwordTokenizer::load(e->tokenizer);
     if (!e->input.empty()) {
       CorpusSummary ignored;
       for (const auto& doc : read_text_documents(e->input, false, &ignored)) {
@@ -126,7 +126,7 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
   decode->add_option("--tokenizer", d->tokenizer, "tokenizer.json")->required();
   decode->add_option("--ids", d->ids, "ids such as 72,101 (default: stdin)");
   commands.emplace_back(decode, [d] {
-    const auto tok = BpeTokenizer::load(d->tokenizer);
+    const auto tok = SubwordTokenizer::load(d->tokenizer);
     const auto ids = parse_int_list("--ids", d->ids.empty() ? read_stdin() : d->ids);
     std::cout << tok->decode(ids);
   });
@@ -143,7 +143,7 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
       "--lines", n->lines,
       "normalize each line of stdin on its own (the newlines are kept as they are)");
   commands.emplace_back(normalize, [n] {
-    const auto tok = BpeTokenizer::load(n->tokenizer);
+    const auto tok = SubwordTokenizer::load(n->tokenizer);
     const auto& normalizer = tok->model().normalizer;
     const std::string text = n->text.empty() ? read_stdin() : n->text;
     LOL_CHECK(valid_utf8(text), "the text is not valid UTF-8");
@@ -167,7 +167,7 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
   info->add_option("--tokenizer", i->tokenizer, "tokenizer.json")->required();
   info->add_flag("--json", i->json, "one JSON object instead of lines");
   commands.emplace_back(info, [i] {
-    const auto desc = BpeTokenizer::load(i->tokenizer)->describe();
+    const auto desc = SubwordTokenizer::load(i->tokenizer)->describe();
     if (i->json) {
       std::cout << json_text(desc) << "\n";
       return;

@@ -181,9 +181,9 @@ CorpusSummary build_corpus(const CorpusOptions& o,
     chunked[i].split = corpus_split(docs[i].text, o.val_fraction, o.test_fraction);
   }
 
-  std::unique_ptr<BpeTokenizer> tokenizer;
+  std::unique_ptr<SubwordTokenizer> tokenizer;
   if (!o.tokenizer.empty()) {
-    tokenizer = BpeTokenizer::load(o.tokenizer);
+    tokenizer = SubwordTokenizer::load(o.tokenizer);
     summary.tokenizer = o.tokenizer;
   } else {
     // An equal number of bytes of every label's training documents (in hash order), so that

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "text/bpe.h"
+#include "text/subword.h"
 #include "util/json.h"
 
 namespace lol {

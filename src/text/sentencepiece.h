@@ -2,7 +2,7 @@
 // What sentencepiece-style tokenizer.json files (Llama-2, Mistral, Gemma's BPE) add to BPE
 // over text tokens: the Metaspace pre-tokenizer, which writes spaces as "▁" and puts one in
 // front of a text, and the decoder chain that turns such tokens back into text. The BPE itself
-// (characters as base symbols, <0xNN> byte fallback, the unknown token) is in text/bpe.h.
+// (characters as base symbols, <0xNN> byte fallback, the unknown token) is in text/subword.h.
 #include <string>
 #include <string_view>
 #include <vector>

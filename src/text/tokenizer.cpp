@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "tasks/task.h"
-#include "text/bpe.h"
+#include "text/subword.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -154,7 +154,7 @@ std::unique_ptr<Tokenizer> model_tokenizer(const std::string& model_path, int64_
   if (!task.empty())
     t = task_tokenizer(task);
   else if (auto file = model_file(model_path, "tokenizer.json"))
-    t = BpeTokenizer::load(*file);
+    t = SubwordTokenizer::load(*file);
   else if (auto data = model_task(model_path))
     t = std::make_unique<TaskTokenizer>(data->kind);
   else

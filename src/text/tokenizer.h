@@ -1,7 +1,7 @@
 #pragma once
 // Text in and out of a model: the seam every text-facing command and the server go through.
 // Implementations: task vocabularies (words separated by spaces), token ids, and byte-level
-// BPE for text (text/bpe.h).
+// BPE for text (text/subword.h).
 #include <memory>
 #include <optional>
 #include <string>

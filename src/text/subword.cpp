@@ -1,4 +1,4 @@
-#include "text/bpe.h"
+#include "text/subword.h"
 
 #include <algorithm>
 #include <atomic>
@@ -97,7 +97,7 @@ bool flag(const json& j, const char* key, bool fallback = false) {
 // A pre_tokenizer entry into `model`: Split (Isolated, not inverted) and ByteLevel are the
 // pieces byte-level BPE tokenizers are made of, Metaspace the sentencepiece-style one.
 void read_pre_tokenizer(const json& p, const std::string& type, const std::string& where,
-                        bool* byte_level_seen, BpeTokenizer::Model* model) {
+                        bool* byte_level_seen, SubwordTokenizer::Model* model) {
   if (type == "ByteLevel") {
     *byte_level_seen = true;
     model->add_prefix_space = flag(p, "add_prefix_space");
@@ -138,7 +138,7 @@ int64_t id_limit_of(const json& j, size_t vocab_size) {
   return static_cast<int64_t>(vocab_size + (listed ? j["added_tokens"].size() : 0));
 }
 
-void read_unigram(const json& model, const std::string& name, BpeTokenizer::Model* m) {
+void read_unigram(const json& model, const std::string& name, SubwordTokenizer::Model* m) {
   const auto& vocab = model["vocab"];
   LOL_CHECK(vocab.is_array() && !vocab.empty(), name,
             ": a Unigram model.vocab must be a non-empty list of [token, score]");
@@ -160,8 +160,8 @@ void read_unigram(const json& model, const std::string& name, BpeTokenizer::Mode
   m->fuse_unk = true;  // HF's Unigram always fuses unknown characters
 }
 
-void read_bpe(const json& model, const std::string& name, const json& j, BpeTokenizer::Model* m_) {
-  auto& m = *m_;
+void read_bpe(const json& model, const std::string& name, const json& j,
+              SubwordTokenizer::Model* m) {
   const auto& vocab = model["vocab"];
   LOL_CHECK(vocab.is_object(), name, ": model.vocab must map tokens to ids");
   const auto id_limit = id_limit_of(j, vocab.size());
@@ -171,20 +171,20 @@ void read_bpe(const json& model, const std::string& name, const json& j, BpeToke
               name, ": model.vocab[\"", token, "\"] is not an id in [0, ", id_limit,
               ") (the vocabulary and added tokens have ", id_limit, " entries)");
     const auto i = id.get<int64_t>();
-    if (!m.byte_level) {
+    if (!m->byte_level) {
       bytes = token;
       LOL_CHECK(!bytes.empty(), name, ": model.vocab has an empty token");
     } else {
       LOL_CHECK(from_visible(token, &bytes) && !bytes.empty(), name, ": model.vocab token \"",
                 token, "\" is not byte-level text");
     }
-    if (i >= static_cast<int64_t>(m.tokens.size())) m.tokens.resize(i + 1);
-    LOL_CHECK(m.tokens[i].empty(), name, ": id ", i, " appears twice in model.vocab");
-    m.tokens[i] = bytes;
+    if (i >= static_cast<int64_t>(m->tokens.size())) m->tokens.resize(i + 1);
+    LOL_CHECK(m->tokens[i].empty(), name, ": id ", i, " appears twice in model.vocab");
+    m->tokens[i] = bytes;
   }
   std::unordered_map<std::string, int32_t> ids;
-  for (size_t i = 0; i < m.tokens.size(); ++i)
-    if (!m.tokens[i].empty()) ids.emplace(m.tokens[i], static_cast<int32_t>(i));
+  for (size_t i = 0; i < m->tokens.size(); ++i)
+    if (!m->tokens[i].empty()) ids.emplace(m->tokens[i], static_cast<int32_t>(i));
   const auto& merges = field(model, "merges", name + ": model");
   LOL_CHECK(merges.is_array(), name, ": model.merges must be a list");
   std::string left_bytes, right_bytes;
@@ -202,27 +202,27 @@ void read_bpe(const json& model, const std::string& name, const json& j, BpeToke
     } else {
       fail(name, ": model.merges[", r, "] is neither \"a b\" nor [\"a\", \"b\"]");
     }
-    const bool ok = m.byte_level
+    const bool ok = m->byte_level
                         ? from_visible(left, &left_bytes) && from_visible(right, &right_bytes)
                         : (left_bytes = left, right_bytes = right, true);
     const auto a = ids.find(left_bytes), b = ids.find(right_bytes);
     LOL_CHECK(ok && a != ids.end() && b != ids.end(), name, ": model.merges[", r,
               "] names a token that is not in model.vocab");
-    m.merges.emplace_back(a->second, b->second);
+    m->merges.emplace_back(a->second, b->second);
   }
   if (model.contains("unk_token") && !model["unk_token"].is_null()) {
     LOL_CHECK(model["unk_token"].is_string(), name, ": model.unk_token must be a string");
     const auto unk = model["unk_token"].get<std::string>();
-    const auto it = m.byte_level ? ids.end() : ids.find(unk);
-    LOL_CHECK(m.byte_level || it != ids.end(), name, ": model.unk_token \"", unk,
+    const auto it = m->byte_level ? ids.end() : ids.find(unk);
+    LOL_CHECK(m->byte_level || it != ids.end(), name, ": model.unk_token \"", unk,
               "\" is not in model.vocab");
     // A byte-level BPE never needs it (every byte is a token); its name is not kept.
-    if (!m.byte_level) m.unk = it->second;
+    if (!m->byte_level) m->unk = it->second;
   }
 }
 
 // The added tokens (ids checked against the vocabulary's size: see id_limit_of).
-void read_added_tokens(const json& j, const std::string& name, BpeTokenizer::Model* m) {
+void read_added_tokens(const json& j, const std::string& name, SubwordTokenizer::Model* m) {
   if (!j.contains("added_tokens") || j["added_tokens"].is_null()) return;
   const auto& added = j["added_tokens"];
   LOL_CHECK(added.is_array(), name, ": added_tokens must be a list");
@@ -245,7 +245,7 @@ void read_added_tokens(const json& j, const std::string& name, BpeTokenizer::Mod
   }
 }
 
-std::optional<int64_t> named_token(const std::vector<BpeTokenizer::AddedToken>& added,
+std::optional<int64_t> named_token(const std::vector<SubwordTokenizer::AddedToken>& added,
                                    std::initializer_list<const char*> names) {
   for (const char* name : names)
     for (const auto& t : added)
@@ -255,7 +255,7 @@ std::optional<int64_t> named_token(const std::vector<BpeTokenizer::AddedToken>& 
 
 }  // namespace
 
-BpeTokenizer::BpeTokenizer(Model model, std::string name)
+SubwordTokenizer::SubwordTokenizer(Model model, std::string name)
     : model_(std::move(model)), name_(std::move(name)) {
   static std::atomic<uint64_t> instances{0};
   instance_ = ++instances;
@@ -367,7 +367,7 @@ BpeTokenizer::BpeTokenizer(Model model, std::string name)
   pad_ = named_token(model_.added, {"<|pad|>", "<pad>"});
 }
 
-void BpeTokenizer::symbols(std::string_view pre_token, std::vector<int32_t>* sym) const {
+void SubwordTokenizer::symbols(std::string_view pre_token, std::vector<int32_t>* sym) const {
   sym->clear();
   if (model_.byte_level) {
     for (unsigned char b : pre_token) sym->push_back(byte_id_[b]);
@@ -401,7 +401,7 @@ void BpeTokenizer::symbols(std::string_view pre_token, std::vector<int32_t>* sym
   if (unk_held) sym->push_back(static_cast<int32_t>(*model_.unk));
 }
 
-void BpeTokenizer::encode_word(std::string_view pre_token, std::vector<int64_t>* ids) const {
+void SubwordTokenizer::encode_word(std::string_view pre_token, std::vector<int64_t>* ids) const {
   if (pre_token.empty()) return;
   if (model_.unigram) return viterbi(pre_token, ids);
   if (model_.ignore_merges) {
@@ -437,8 +437,8 @@ void BpeTokenizer::encode_word(std::string_view pre_token, std::vector<int64_t>*
   ids->insert(ids->end(), sym.begin(), sym.end());
 }
 
-void BpeTokenizer::merge_long(const std::vector<int32_t>& symbols,
-                              std::vector<int64_t>* ids) const {
+void SubwordTokenizer::merge_long(const std::vector<int32_t>& symbols,
+                                  std::vector<int64_t>* ids) const {
   const auto n = static_cast<int32_t>(symbols.size());
   struct Symbol {
     int32_t id, prev, next;  // prev/next: neighbours in the list, -1 at the ends
@@ -471,7 +471,7 @@ void BpeTokenizer::merge_long(const std::vector<int32_t>& symbols,
   for (int32_t i = 0; i >= 0 && i < n; i = sym[i].next) ids->push_back(sym[i].id);
 }
 
-void BpeTokenizer::viterbi(std::string_view text, std::vector<int64_t>* ids) const {
+void SubwordTokenizer::viterbi(std::string_view text, std::vector<int64_t>* ids) const {
   // As HF's Unigram (sentencepiece's optimized Viterbi): best[e] is the best segmentation of
   // the first e bytes; each character start offers every token the trie finds there, and the
   // unknown token for the character when no token is that character alone. A candidate
@@ -539,8 +539,8 @@ void BpeTokenizer::viterbi(std::string_view text, std::vector<int64_t>* ids) con
   ids->insert(ids->end(), reversed.rbegin(), reversed.rend());
 }
 
-void BpeTokenizer::encode_plain(std::string_view text, bool at_start,
-                                std::vector<int64_t>* ids) const {
+void SubwordTokenizer::encode_plain(std::string_view text, bool at_start,
+                                    std::vector<int64_t>* ids) const {
   if (text.empty()) return;
   std::string prefixed;
   std::vector<std::string_view> pieces, next;
@@ -621,8 +621,9 @@ void BpeTokenizer::encode_plain(std::string_view text, bool at_start,
   }
 }
 
-void BpeTokenizer::split_added(std::string_view text, bool normalized, std::vector<int64_t>* ids,
-                               const std::function<void(std::string_view)>& plain) const {
+void SubwordTokenizer::split_added(std::string_view text, bool normalized,
+                                   std::vector<int64_t>* ids,
+                                   const std::function<void(std::string_view)>& plain) const {
   const auto& first = added_first_[normalized];
   size_t done = 0;  // start of the text not yet handed on
   if (first.any()) {
@@ -663,7 +664,7 @@ void BpeTokenizer::split_added(std::string_view text, bool normalized, std::vect
   plain(text.substr(done));
 }
 
-std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
+std::vector<int64_t> SubwordTokenizer::encode(const std::string& text) const {
   LOL_CHECK(valid_utf8(text), "text is not valid UTF-8 (", name_, " encodes UTF-8 text)");
   std::vector<int64_t> ids;
   ids.reserve(text.size() / 3 + 1);
@@ -684,7 +685,7 @@ std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
   return ids;
 }
 
-const std::string* BpeTokenizer::token_text(int64_t id) const {
+const std::string* SubwordTokenizer::token_text(int64_t id) const {
   // An added token is what it matches (HF keeps a normalized one's content normalized: with
   // Llama-2's normalizer "hi" is "▁hi"), before the vocabulary's token of its id.
   const auto added = added_text_.find(id);
@@ -693,7 +694,7 @@ const std::string* BpeTokenizer::token_text(int64_t id) const {
                                      : &model_.tokens[id];
 }
 
-std::string BpeTokenizer::piece(int64_t id, bool first) const {
+std::string SubwordTokenizer::piece(int64_t id, bool first) const {
   LOL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " is outside the ", name_,
             " vocabulary [0, ", vocab_size(), ")");
   const std::string* text = token_text(id);
@@ -703,7 +704,7 @@ std::string BpeTokenizer::piece(int64_t id, bool first) const {
   return model_.byte_level ? *text : decoded_[first][id];
 }
 
-json BpeTokenizer::describe() const {
+json SubwordTokenizer::describe() const {
   const auto j = to_json();
   json added = json::array();
   for (const auto& t : j["added_tokens"]) added.push_back(t);
@@ -728,23 +729,7 @@ json BpeTokenizer::describe() const {
           {"pad", id_or_null(pad_)}};
 }
 
-json BpeTokenizer::to_json() const {
-  json vocab = json::object();
-  std::vector<std::string> visible(model_.tokens.size());
-  std::vector<bool> is_added(model_.tokens.size(), false);
-  for (const auto& t : model_.added) is_added[t.id] = true;
-  bool spaced = false;  // a token with a space: merges are written as pairs, not "a b"
-  for (size_t id = 0; id < model_.tokens.size(); ++id) {
-    // Text tokens an added token also names stay in the vocabulary (Llama-2's <unk>).
-    if (model_.tokens[id].empty() || (is_added[id] && model_.byte_level)) continue;
-    visible[id] = model_.byte_level ? to_visible(model_.tokens[id]) : model_.tokens[id];
-    spaced = spaced || visible[id].find(' ') != std::string::npos;
-    vocab[visible[id]] = id;
-  }
-  json merges = json::array();
-  for (const auto& [a, b] : model_.merges)
-    merges.push_back(spaced ? json::array({visible[a], visible[b]})
-                            : json(visible[a] + " " + visible[b]));
+json SubwordTokenizer::to_json() const {
   json added = json::array();
   auto by_id = model_.added;
   std::sort(by_id.begin(), by_id.end(), [](const auto& x, const auto& y) { return x.id < y.id; });
@@ -794,6 +779,22 @@ json BpeTokenizer::to_json() const {
              {"vocab", scored},
              {"byte_fallback", model_.byte_fallback}};
   } else {
+    json vocab = json::object();
+    std::vector<std::string> visible(model_.tokens.size());
+    std::vector<bool> is_added(model_.tokens.size(), false);
+    for (const auto& t : model_.added) is_added[t.id] = true;
+    bool spaced = false;  // a token with a space: merges are written as pairs, not "a b"
+    for (size_t id = 0; id < model_.tokens.size(); ++id) {
+      // Text tokens an added token also names stay in the vocabulary (Llama-2's <unk>).
+      if (model_.tokens[id].empty() || (is_added[id] && model_.byte_level)) continue;
+      visible[id] = model_.byte_level ? to_visible(model_.tokens[id]) : model_.tokens[id];
+      spaced = spaced || visible[id].find(' ') != std::string::npos;
+      vocab[visible[id]] = id;
+    }
+    json merges = json::array();
+    for (const auto& [a, b] : model_.merges)
+      merges.push_back(spaced ? json::array({visible[a], visible[b]})
+                              : json(visible[a] + " " + visible[b]));
     model = {{"type", "BPE"},
              {"dropout", nullptr},
              {"unk_token", model_.unk ? json(model_.tokens[*model_.unk]) : json(nullptr)},
@@ -816,11 +817,11 @@ json BpeTokenizer::to_json() const {
               {"model", model}};
 }
 
-void BpeTokenizer::save(const std::string& path) const {
+void SubwordTokenizer::save(const std::string& path) const {
   write_file_atomic(path, to_json().dump() + "\n");
 }
 
-std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path) {
+std::unique_ptr<SubwordTokenizer> SubwordTokenizer::load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   LOL_CHECK(in.good(), "cannot read tokenizer ", path);
   std::stringstream text;
@@ -830,7 +831,8 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path) {
   return from_json(j, path);
 }
 
-std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const json& j, const std::string& name) {
+std::unique_ptr<SubwordTokenizer> SubwordTokenizer::from_json(const json& j,
+                                                              const std::string& name) {
   LOL_CHECK(j.is_object(), name, " is not a tokenizer.json object");
   Model m;
   const auto& model = field(j, "model", name);
@@ -873,12 +875,12 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const json& j, const std::
     read_bpe(model, name, j, &m);
   }
   read_added_tokens(j, name, &m);
-  return std::make_unique<BpeTokenizer>(std::move(m), name);
+  return std::make_unique<SubwordTokenizer>(std::move(m), name);
 }
 
-std::unique_ptr<BpeTokenizer> train_bpe(const std::vector<std::string>& documents,
-                                        const BpeTrainOptions& options,
-                                        const std::function<void(int64_t, int64_t)>& progress) {
+std::unique_ptr<SubwordTokenizer> train_bpe(const std::vector<std::string>& documents,
+                                            const BpeTrainOptions& options,
+                                            const std::function<void(int64_t, int64_t)>& progress) {
   const auto specials = static_cast<int64_t>(options.special_tokens.size());
   LOL_CHECK(options.vocab_size >= 256 + specials,
             "a byte-level BPE needs a vocabulary of at least ", 256 + specials, " (256 bytes and ",
@@ -926,7 +928,7 @@ std::unique_ptr<BpeTokenizer> train_bpe(const std::vector<std::string>& document
     }
   }
 
-  BpeTokenizer::Model m;
+  SubwordTokenizer::Model m;
   m.normalizer = options.normalizer;
   for (int b = 0; b < 256; ++b) m.tokens.emplace_back(1, static_cast<char>(b));
   std::unordered_map<uint64_t, int64_t> pair_count;
@@ -1015,7 +1017,7 @@ std::unique_ptr<BpeTokenizer> train_bpe(const std::vector<std::string>& document
   }
   m.patterns = {options.pattern};
   if (progress) progress(m.merges.size(), target_merges);
-  return std::make_unique<BpeTokenizer>(std::move(m), "bpe");
+  return std::make_unique<SubwordTokenizer>(std::move(m), "bpe");
 }
 
 }  // namespace lol

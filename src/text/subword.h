@@ -29,7 +29,7 @@
 
 namespace lol {
 
-class BpeTokenizer : public Tokenizer {
+class SubwordTokenizer : public Tokenizer {
  public:
   struct AddedToken {
     int64_t id;
@@ -74,11 +74,11 @@ class BpeTokenizer : public Tokenizer {
     std::vector<double> scores;
   };
 
-  BpeTokenizer(Model model, std::string name);
+  SubwordTokenizer(Model model, std::string name);
   // A tokenizer.json (HF format). Everything this implementation does not do (other models,
   // normalizers other than Unicode normal forms, pre-tokenizers) is one error naming the field.
-  static std::unique_ptr<BpeTokenizer> load(const std::string& path);
-  static std::unique_ptr<BpeTokenizer> from_json(const json& j, const std::string& name);
+  static std::unique_ptr<SubwordTokenizer> load(const std::string& path);
+  static std::unique_ptr<SubwordTokenizer> from_json(const json& j, const std::string& name);
   json to_json() const;
   void save(const std::string& path) const;  // atomic
 
@@ -148,8 +148,8 @@ struct BpeTrainOptions {
 // Learns merges from documents: counts pre-tokens, then repeatedly merges the most frequent
 // adjacent pair (ties: the smaller pair of ids). Deterministic. `progress(done, total)` is
 // called now and then with merges done.
-std::unique_ptr<BpeTokenizer> train_bpe(const std::vector<std::string>& documents,
-                                        const BpeTrainOptions& options,
-                                        const std::function<void(int64_t, int64_t)>& progress = {});
+std::unique_ptr<SubwordTokenizer> train_bpe(
+    const std::vector<std::string>& documents, const BpeTrainOptions& options,
+    const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace lol
