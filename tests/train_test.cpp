@@ -285,6 +285,10 @@ TEST(Precision, AutocastGuardSwitchesMatrixProductsToBf16AndRestores) {
   EXPECT_FALSE(uses_bf16_autocast(Precision::kAuto, torch::kCPU));
   EXPECT_TRUE(uses_bf16_autocast(Precision::kAuto, torch::Device("cuda")));
   EXPECT_FALSE(uses_bf16_autocast(Precision::kFp32, torch::Device("cuda")));
+  // bf16 on a CPU without AVX-512 is LibTorch's reference loops: the user is told so.
+  EXPECT_NE(bf16_speed_note(torch::kCPU, false).find("no AVX-512"), std::string::npos);
+  EXPECT_EQ(bf16_speed_note(torch::kCPU, true), "");
+  EXPECT_EQ(bf16_speed_note(torch::Device("cuda"), false), "");
 }
 
 // bf16 autocast (the default on CUDA): the same run learns as in fp32, its first loss agrees

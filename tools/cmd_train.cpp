@@ -17,6 +17,7 @@
 #include "model/checkpoint.h"
 #include "tasks/copy_task.h"
 #include "tasks/score.h"
+#include "train/precision.h"
 #include "train/sources.h"
 #include "train/trainer.h"
 #include "util/files.h"
@@ -325,6 +326,8 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
               << " tokens x " << tc.grad_accum << " per step"
               << (dist ? ", " + std::to_string(dist->world()) + " workers" : std::string())
               << "); metrics in " << (o->resume.empty() ? o->out : o->resume) << "/metrics.jsonl\n";
+    if (uses_bf16_autocast(tc.precision, device) && !bf16_speed_note(device).empty())
+      std::cerr << bf16_speed_note(device) << "\n";
     Progress progress("train", tc.steps, trainer->step(), tc.log_every);
     double last_eval = -1, last_accuracy = 0;
     trainer->run(

@@ -56,6 +56,21 @@ bool uses_bf16_autocast(Precision precision, torch::Device device) {
   return false;
 }
 
+std::string bf16_speed_note(torch::Device device, std::optional<bool> avx512) {
+  if (!device.is_cpu()) return "";
+  if (!avx512) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    avx512 = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512dq");
+#else
+    return "";  // no way to tell here
+#endif
+  }
+  if (*avx512) return "";
+  return "note: bf16 on this CPU (no AVX-512) runs LibTorch's reference matrix products, "
+         "tens of times slower than fp32; precision=fp32 is the fast choice here";
+}
+
 AutocastGuard::AutocastGuard(torch::Device device, bool bf16) {
   if (!bf16) return;
   LOL_CHECK(device.is_cuda() || device.is_cpu(),

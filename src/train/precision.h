@@ -4,6 +4,9 @@
 // CPU autocast covers the matrix products, which is how CI exercises this path).
 #include <torch/torch.h>
 
+#include <optional>
+#include <string>
+
 #include "util/enums.h"
 
 namespace lol {
@@ -14,6 +17,11 @@ const std::vector<std::pair<Precision, const char*>>& enum_names<Precision>();
 
 // Whether `precision` means bf16 autocast on `device`.
 bool uses_bf16_autocast(Precision precision, torch::Device device);
+
+// What a user of bf16 autocast on `device` should know, or "" when nothing. On a CPU without
+// AVX-512 (BW, VL, DQ) LibTorch runs bf16 products in its reference loops, not oneDNN: tens of
+// times slower than fp32. `avx512` overrides the CPU's answer (tests).
+std::string bf16_speed_note(torch::Device device, std::optional<bool> avx512 = std::nullopt);
 
 class AutocastGuard {
  public:
