@@ -114,8 +114,8 @@ bool cpu_fp32_contiguous(std::initializer_list<const torch::Tensor*> tensors);
 // Whether every tensor given may take the fused CPU path: no grad mode, cpu_fp32_contiguous.
 bool cpu_fast_path(std::initializer_list<const torch::Tensor*> tensors);
 // A product's output made ready for the fused CPU kernels: under CPU autocast LibTorch's
-// products return bf16 (or fp16), and the kernels (attention, SwiGLU, rotary) work in fp32, as autocast
-// itself runs softmax and the like; so a reduced-precision CPU tensor is widened once here
+// products return bf16 (or fp16), and the kernels (attention, SwiGLU, rotary) work in fp32, as
+// autocast itself runs softmax and the like; so a reduced-precision CPU tensor is widened once here
 // rather than sent down the composite paths (which materialise attention's scores, in bf16).
 // Anything else (no CPU autocast, another device, fp32) is returned as it is.
 torch::Tensor widen_for_cpu_kernels(const torch::Tensor& x);
