@@ -348,6 +348,15 @@ TEST(Normalizer, TokenizerJsonFormsAndSequencesRoundTrip) {
   EXPECT_EQ(both.to_json(), seq);
   // In order: compatibility decomposition, then canonical composition.
   EXPECT_EQ(both.apply("\ufb01\u1e9b\u0323"), "fi\u1e69");
+  // Lowercase, as HF's (Rust's char::to_lowercase, one character at a time): full mappings
+  // (U+0130 becomes two characters), no final-sigma rule, titlecase digraphs to lowercase.
+  const json lower = {{"type", "Sequence"},
+                      {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}};
+  const auto lowercase = Normalizer::from_json(lower, "n");
+  EXPECT_EQ(lowercase.to_json(), lower);
+  EXPECT_EQ(lowercase.apply(
+                "A\u0300BC \u0130STANBUL \u03a3\u0391\u03a3 \u01c4\u01c5 \u1e9e \u0410\u0042"),
+            "\u00e0bc i\u0307stanbul \u03c3\u03b1\u03c3 \u01c6\u01c6 \u00df \u0430b");
 }
 
 std::unique_ptr<SubwordTokenizer> with_normalizer(json j, const json& normalizer) {
@@ -1004,8 +1013,8 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   j["model"]["type"] = "WordPiece";
   expect_error(j, "model type \"WordPiece\" is not supported (BPE, Unigram)");
   j = good;
-  j["normalizer"] = {{"type", "Lowercase"}};
-  expect_error(j, "t.json: normalizer: normalizer type \"Lowercase\" is not supported");
+  j["normalizer"] = {{"type", "StripAccents"}};
+  expect_error(j, "t.json: normalizer: normalizer type \"StripAccents\" is not supported");
   j = good;
   j["normalizer"] = {{"type", "Sequence"},
                      {"normalizers", {{{"type", "NFC"}}, {{"type", "Precompiled"}}}}};

@@ -124,6 +124,8 @@ void read(const json& j, const std::string& type, const std::string& where,
     step.kind = Normalizer::Step::kPrecompiled;
     step.text = string_field(j, "precompiled_charsmap", where);
     step.charsmap = std::make_shared<const Charsmap>(step.text, where);
+  } else if (type == "Lowercase") {
+    step.kind = Normalizer::Step::kLowercase;
   } else if (type == "Strip") {
     step.kind = Normalizer::Step::kStrip;
     for (auto [key, to] : {std::pair{"strip_left", &step.left}, {"strip_right", &step.right}}) {
@@ -134,8 +136,8 @@ void read(const json& j, const std::string& type, const std::string& where,
     step.form = *form;
   } else {
     fail(where, ": normalizer type \"", type,
-         "\" is not supported (NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip, Precompiled, or a "
-         "Sequence of them)");
+         "\" is not supported (NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip, Lowercase, "
+         "Precompiled, or a Sequence of them)");
   }
   steps->push_back(std::move(step));
 }
@@ -148,6 +150,32 @@ std::string replace_all(std::string_view text, const std::string& what, const st
     done = at + what.size();
   }
   return out.append(text.substr(done));
+}
+
+// Each character by its full lowercase mapping, as Rust's char::to_lowercase (what HF's
+// Lowercase applies, character by character: no final-sigma rule). The full mapping differs
+// from utf8proc's simple one only for U+0130 (İ -> i + U+0307 COMBINING DOT ABOVE).
+std::string lowercase(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t at = 0; at < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[at]);
+    if (lead < 0x80) {
+      out.push_back(static_cast<char>(lead >= 'A' && lead <= 'Z' ? lead + ('a' - 'A') : lead));
+      ++at;
+      continue;
+    }
+    const uint32_t cp = code_point_at(text, at);
+    at += utf8_length(lead);
+    if (cp == 0x130) {
+      out.append("i\xCC\x87");
+      continue;
+    }
+    utf8proc_uint8_t bytes[4];
+    const auto n = utf8proc_encode_char(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp)), bytes);
+    out.append(reinterpret_cast<const char*>(bytes), static_cast<size_t>(n));
+  }
+  return out;
 }
 
 std::string strip(std::string_view text, bool left, bool right) {
@@ -257,6 +285,8 @@ json Normalizer::to_json() const {
         return json{{"type", "Replace"}, {"pattern", {{"Regex", s.text}}}, {"content", s.by}};
       case Step::kStrip:
         return json{{"type", "Strip"}, {"strip_left", s.left}, {"strip_right", s.right}};
+      case Step::kLowercase:
+        return json{{"type", "Lowercase"}};
       case Step::kPrecompiled:
         return json{{"type", "Precompiled"}, {"precompiled_charsmap", s.text}};
       case Step::kForm:
@@ -288,6 +318,9 @@ std::string Normalizer::apply(std::string_view text) const {
         break;
       case Step::kStrip:
         out = strip(out, s.left, s.right);
+        break;
+      case Step::kLowercase:
+        out = lowercase(out);
         break;
       case Step::kPrecompiled:
         out = s.charsmap->apply(out);

@@ -4,8 +4,8 @@
 // normalizes to NFC; built on utf8proc, docs/dependencies.md), the Prepend and Replace of
 // sentencepiece-style tokenizers (Llama-2's "Prepend ▁, Replace ' ' by ▁"; converted
 // sentencepiece models' "Precompiled character map, Strip the right end, Replace / {2,}/ by
-// ▁"), alone or in a Sequence. Anything else a tokenizer.json may name there (Lowercase, BERT's)
-// is refused by from_json with an error naming it.
+// ▁"), Lowercase, alone or in a Sequence. Anything else a tokenizer.json may name there
+// (StripAccents, BERT's) is refused by from_json with an error naming it.
 #include <memory>
 #include <string>
 #include <string_view>
@@ -31,7 +31,15 @@ std::string normalize_whole(std::string_view text, NormalForm form);
 class Normalizer {
  public:
   struct Step {
-    enum Kind { kForm, kPrepend, kReplace, kReplaceRegex, kStrip, kPrecompiled } kind = kForm;
+    enum Kind {
+      kForm,
+      kPrepend,
+      kReplace,
+      kReplaceRegex,
+      kStrip,
+      kLowercase,
+      kPrecompiled
+    } kind = kForm;
     NormalForm form = NormalForm::kNfc;  // kForm
     // kPrepend: what goes in front; kReplace: what is replaced; kReplaceRegex: the pattern;
     // kPrecompiled: the character map's base64
@@ -50,6 +58,7 @@ class Normalizer {
   // A tokenizer.json `normalizer` value: null, {"type": "NFC"} (or NFD, NFKC, NFKD),
   // {"type": "Prepend", "prepend": S}, {"type": "Replace", "pattern": {"String": S} or
   // {"Regex": R}, "content": T}, {"type": "Strip", "strip_left": B, "strip_right": B},
+  // {"type": "Lowercase"},
   // {"type": "Precompiled", "precompiled_charsmap": BASE64}, or {"type": "Sequence",
   // "normalizers": [...]} of those. Anything else throws naming `where`.
   static Normalizer from_json(const json& j, const std::string& where);
@@ -60,7 +69,8 @@ class Normalizer {
   bool identity() const { return steps_.empty(); }
   const std::vector<Step>& steps() const { return steps_; }
   // As HF does: Prepend leaves empty text empty; Replace replaces every occurrence (match),
-  // left to right; Strip takes Unicode White_Space off the chosen ends.
+  // left to right; Strip takes Unicode White_Space off the chosen ends; Lowercase maps each
+  // character to its full lowercase (utf8proc's Unicode 15 tables).
   std::string apply(std::string_view text) const;  // text: valid UTF-8
 
  private:

@@ -7,9 +7,9 @@
 //     pre-tokenizer (its own regex, a prefix space, merges as "a b"), merges as pairs and
 //     ignore_merges (Llama-3), Qwen2's (an NFC normalizer, its own Split pattern before a
 //     ByteLevel without regex, chat markers as special tokens, added tokens with lstrip, rstrip
-//     and single_word), a Sequence of NFKD and NFC
-//     normalizers, and three sentencepiece-style layouts (Llama-2's, Mistral's, one with unknown
-//     characters: see sentencepieceLayouts).
+//     and single_word), a Sequence of NFKD and NFC normalizers, NFC then Lowercase, and three
+//     sentencepiece-style layouts (Llama-2's, Mistral's, one with unknown characters: see
+//     sentencepieceLayouts).
 //   node tokenizer_reference.mjs spm MODEL OUT_JSON
 //     converts a sentencepiece Unigram model (spm_train's MODEL.model) into the tokenizer.json
 //     that Hugging Face's converter writes for it (see spmToTokenizerJson), and into the older
@@ -21,6 +21,9 @@
 //     into grapheme clusters or are spaces and controls.
 //   node tokenizer_reference.mjs normalize TOKENIZER_JSON LINES
 //     HF's normalizer of the tokenizer.json applied to each line of LINES, one line each.
+//   node tokenizer_reference.mjs normalize-diff LINES HF_OUT LOL_OUT
+//     the lines where two normalizations of LINES differ; fails unless each is explained by
+//     case pairs newer than Unicode 15 (for Lowercase: utf8proc has Unicode 15).
 //   node tokenizer_reference.mjs compare TOKENIZER_JSON DOCS_JSONL
 //     DOCS_JSONL: `lol tokenizer encode --input DIR` output, {source, text, ids, decoded} per
 //     line: HF's ids must equal ours, HF's decoding our decoding (and the text itself, in the
@@ -219,13 +222,17 @@ if (mode === "variants") {
   withFlaggedTokens(qwen2);
   const nfkd = structuredClone(base);
   nfkd.normalizer = { type: "Sequence", normalizers: [{ type: "NFKD" }, { type: "NFC" }] };
+  const lowercase = structuredClone(base);
+  lowercase.normalizer = { type: "Sequence", normalizers: [{ type: "NFC" }, { type: "Lowercase" }] };
   for (const [name, layout] of Object.entries(sentencepieceLayouts(base)))
     writeFileSync(`${target}/${name}.json`, JSON.stringify(layout));
   writeFileSync(`${target}/gpt2.json`, JSON.stringify(gpt2));
   writeFileSync(`${target}/llama3.json`, JSON.stringify(pairs));
   writeFileSync(`${target}/qwen2.json`, JSON.stringify(qwen2));
   writeFileSync(`${target}/nfkd.json`, JSON.stringify(nfkd));
-  console.log("variants: gpt2.json llama3.json qwen2.json nfkd.json llama2.json mistral.json spm-unk.json");
+  writeFileSync(`${target}/lowercase.json`, JSON.stringify(lowercase));
+  console.log("variants: gpt2.json llama3.json qwen2.json nfkd.json lowercase.json llama2.json mistral.json " +
+              "spm-unk.json");
 } else if (mode === "spm") {
   const converted = spmToTokenizerJson(readFileSync(tokenizerPath));
   writeFileSync(target, JSON.stringify(converted));
@@ -264,17 +271,42 @@ if (mode === "variants") {
   const lines = readFileSync(target, "utf8").split("\n");
   if (lines[lines.length - 1] === "") lines.pop();
   process.stdout.write(lines.map((l) => (normalizer ? normalizer.normalizeString(l) : l) + "\n").join(""));
+} else if (mode === "normalize-diff") {
+  // LINES, HF's normalization of them and lol's (argv: LINES HF LOL): the lines where they
+  // differ, and whether every differing character of the input is a case pair that Unicode 16
+  // and 17 added (utf8proc 2.8 has Unicode 15; HF's Rust has the newer tables).
+  const newer = [[0x1c89, 0x1c8a], [0xa7cb, 0xa7dc], [0x10d50, 0x10d65], [0x16ea0, 0x16eb8]];
+  const [hf, lol] = [target, process.argv[5]].map((f) => readFileSync(f, "utf8").split("\n"));
+  const input = readFileSync(tokenizerPath, "utf8").split("\n");
+  let differ = 0, unexplained = 0;
+  for (let i = 0; i < input.length; ++i) {
+    if (hf[i] === lol[i]) continue;
+    ++differ;
+    // Character by character (the same lengths), each difference at such a character.
+    const [chars, h, l] = [input[i], hf[i], lol[i]].map((t) => [...t]);
+    const explained = h.length === chars.length && l.length === chars.length &&
+      chars.every((c, k) => h[k] === l[k] ||
+                            newer.some(([a, b]) => c.codePointAt(0) >= a && c.codePointAt(0) <= b));
+    if (!explained && ++unexplained <= 3)
+      console.error(`line ${i + 1}: ${JSON.stringify(input[i])} -> hf ${JSON.stringify(hf[i])} ` +
+                    `lol ${JSON.stringify(lol[i])}`);
+  }
+  console.log(`${input.length} lines: ${differ} differ, ${differ - unexplained} at case pairs newer ` +
+              `than Unicode 15, ${unexplained} otherwise`);
+  process.exit(unexplained === 0 && hf.length === lol.length ? 0 : 1);
 } else if (mode === "compare") {
   const tok = Tokenizer.fromFile(tokenizerPath);
   // GPT-2's layout puts a space before a text (and after an added token) that does not start
   // with one, and decoding keeps it; other layouts decode to the text itself.
   const json = JSON.parse(readFileSync(tokenizerPath, "utf8"));
   const prefix = json.pre_tokenizer?.add_prefix_space === true;
-  // The text in the tokenizer's normal form(s), by JavaScript's own implementation.
+  // The text in the tokenizer's normal form(s), by JavaScript's own implementation, and
+  // lowercased as HF's Lowercase does: each character alone (no final-sigma rule).
   const forms = (!json.normalizer ? [] : json.normalizer.type === "Sequence"
     ? json.normalizer.normalizers.map((n) => n.type) : [json.normalizer.type])
-    .filter((f) => f.startsWith("NF"));
-  const normal = (text) => forms.reduce((t, f) => t.normalize(f), text);
+    .filter((f) => f.startsWith("NF") || f === "Lowercase");
+  const normal = (text) => forms.reduce((t, f) => f === "Lowercase"
+    ? [...t].map((c) => c.toLowerCase()).join("") : t.normalize(f), text);
   // Sentencepiece-style layouts decode to the text itself only where no character was unknown,
   // no added token put a "▁" after it, and no leading space was taken for the prepended one.
   // Nor where an added token took the whitespace beside it (lstrip, rstrip).
