@@ -56,14 +56,6 @@ struct AttentionImpl : torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
-// y = x W^T, W one weight or several stacked along their output dimension so one GEMM serves
-// them all (q|k|v, gate|up). The stack is cached until any part changes (tensor version
-// counters), so decoding does not copy the weights at every token; and fp32 rows on a CPU with
-// AVX2 go to the packed kernel of model/packed_gemm.h over a panel copy cached the same way.
-// With gradients on, the product is the sliced product of model/sliced_linear.h over the
-// cached stack, which routes gradients to the parts (under autocast, LibTorch's linear over a
-// stack rebuilt with autograd; on a CPU with its rows padded, see autocast_rows).
-// The caches are filled under a lock, so threads may share one model for inference.
 // The rows a product under CPU autocast runs with, for `rows` real ones. LibTorch hands those
 // bf16 products to oneDNN, which compiles a kernel for every new shape (a few milliseconds,
 // then cached), and a routed depth's slices change their row counts at every step: compiling
@@ -72,6 +64,14 @@ TORCH_MODULE(Attention);
 // of two: a bounded set of shapes per weight); up to 64 it is kept.
 int64_t autocast_rows(int64_t rows);
 
+// y = x W^T, W one weight or several stacked along their output dimension so one GEMM serves
+// them all (q|k|v, gate|up). The stack is cached until any part changes (tensor version
+// counters), so decoding does not copy the weights at every token; and fp32 rows on a CPU with
+// AVX2 go to the packed kernel of model/packed_gemm.h over a panel copy cached the same way.
+// With gradients on, the product is the sliced product of model/sliced_linear.h over the
+// cached stack, which routes gradients to the parts (under autocast, LibTorch's linear over a
+// stack rebuilt with autograd; on a CPU with its rows padded, see autocast_rows).
+// The caches are filled under a lock, so threads may share one model for inference.
 class Projection {
  public:
   torch::Tensor apply(const torch::Tensor& x, const std::vector<torch::Tensor>& parts);
