@@ -85,6 +85,28 @@ TEST(Utf8, ValidityAndCompletePrefix) {
   }
 }
 
+// The UTF-8 of a code point as utf8proc writes it: the reference for append_utf8.
+std::string utf8_of(uint32_t cp) {
+  utf8proc_uint8_t buf[4];
+  const auto n = utf8proc_encode_char(static_cast<utf8proc_int32_t>(cp), buf);
+  return std::string(reinterpret_cast<char*>(buf), n);
+}
+
+TEST(Utf8, AppendWritesEveryScalarValueAsUtf8procAndReadsBack) {
+  int64_t checked = 0;
+  for (uint32_t cp = 0; cp <= 0x10FFFF; ++cp) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    std::string s = "x";
+    append_utf8(cp, &s);
+    ASSERT_EQ(s.substr(1), utf8_of(cp)) << std::hex << cp;
+    ASSERT_TRUE(valid_utf8(s)) << std::hex << cp;
+    ASSERT_EQ(code_point_at(s, 1), cp);
+    ASSERT_EQ(previous_character(s, s.size()), 1u);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 0x110000 - 0x800);
+}
+
 const std::vector<std::string>& corpus() {
   static const std::vector<std::string> docs = {
       "The quick brown fox jumps over the lazy dog. The dog sleeps; the fox runs.",
@@ -133,17 +155,7 @@ TEST(Bpe, EveryUtf8TextRoundTripsExactly) {
       uint32_t c = cp(rng);
       if (c >= 0xD800 && c <= 0xDFFF) c = 'x';
       if (rng() % 2) c = "aeiou ntsr\n."[rng() % 12];
-      if (c < 0x80) {
-        text += char(c);
-      } else if (c < 0x800) {
-        text += char(0xC0 | (c >> 6)), text += char(0x80 | (c & 0x3F));
-      } else if (c < 0x10000) {
-        text += char(0xE0 | (c >> 12)), text += char(0x80 | ((c >> 6) & 0x3F));
-        text += char(0x80 | (c & 0x3F));
-      } else {
-        text += char(0xF0 | (c >> 18)), text += char(0x80 | ((c >> 12) & 0x3F));
-        text += char(0x80 | ((c >> 6) & 0x3F)), text += char(0x80 | (c & 0x3F));
-      }
+      append_utf8(c, &text);
     }
     ASSERT_TRUE(valid_utf8(text));
     EXPECT_EQ(t->decode(t->encode(text)), text);
@@ -289,12 +301,6 @@ TEST(Normalizer, UnicodeNormalFormsOfTheStandardsExamples) {
 // copied, inert characters cut the text) against utf8proc on the whole text: every character
 // of the first three planes alone and next to characters that compose or reorder with their
 // neighbours, and random text from a pool of such characters.
-std::string utf8_of(uint32_t cp) {
-  utf8proc_uint8_t buf[4];
-  const auto n = utf8proc_encode_char(static_cast<utf8proc_int32_t>(cp), buf);
-  return std::string(reinterpret_cast<char*>(buf), n);
-}
-
 TEST(Normalizer, QuickPathAgreesWithUtf8procOnRandomText) {
   // Neighbours: a starter that many marks compose with, a combining mark (reorders, composes),
   // Hangul L and LV (compose with V and T jamo), a Kannada vowel sign (composes as second).

@@ -171,9 +171,7 @@ std::string lowercase(std::string_view text) {
       out.append("i\xCC\x87");
       continue;
     }
-    utf8proc_uint8_t bytes[4];
-    const auto n = utf8proc_encode_char(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp)), bytes);
-    out.append(reinterpret_cast<const char*>(bytes), static_cast<size_t>(n));
+    append_utf8(static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))), &out);
   }
   return out;
 }

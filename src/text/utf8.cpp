@@ -56,6 +56,18 @@ uint32_t code_point_at(std::string_view text, size_t at) {
   return cp;
 }
 
+void append_utf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+    return;
+  }
+  static constexpr unsigned char kLead[] = {0, 0xC0, 0xE0, 0xF0};  // by continuation bytes
+  const int tail = cp < 0x800 ? 1 : cp < 0x10000 ? 2 : 3;
+  out->push_back(static_cast<char>(kLead[tail] | (cp >> (6 * tail))));
+  for (int k = tail - 1; k >= 0; --k)
+    out->push_back(static_cast<char>(0x80 | ((cp >> (6 * k)) & 0x3F)));
+}
+
 size_t previous_character(std::string_view text, size_t at) {
   do --at;
   while (at > 0 && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80);

@@ -3,6 +3,7 @@
 // the few character classes tokenizers need.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace lol {
@@ -19,6 +20,8 @@ inline size_t utf8_length(unsigned char lead) {
 }
 // The code point of the character starting at byte `at` of valid UTF-8 `text`.
 uint32_t code_point_at(std::string_view text, size_t at);
+// Appends the UTF-8 of code point `cp` (a scalar value: at most U+10FFFF, not a surrogate).
+void append_utf8(uint32_t cp, std::string* out);
 // Where the character ending just before byte `at` starts (`at` > 0, on a boundary).
 size_t previous_character(std::string_view text, size_t at);
 // Unicode's White_Space property (what `\s` means in HF's Rust regexes).
