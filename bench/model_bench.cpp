@@ -245,8 +245,10 @@ void bench_model(const ModelBenchOptions& o) {
               << " | matmul peak " << fixed(peak.median, 1) << " GFLOP/s median, "
               << fixed(peak.max, 1) << " max of " << peak.reps
               << " (MFU against the median) | preset " << o.preset_name << "\n\n";
-  if (md && bf16 && !bf16_speed_note(o.device).empty())
-    std::cout << bf16_speed_note(o.device) << "\n\n";
+  if (md && bf16) {
+    const auto note = bf16_speed_note(o.device);
+    if (!note.empty()) std::cout << note << "\n\n";
+  }
   if (md && o.peer)
     std::cout << "peer: " << o.peer->script << " (" << o.peer->python
               << ", --env tuned_malloc, the same threads): its whole step (forward, backward, "

@@ -326,8 +326,10 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
               << " tokens x " << tc.grad_accum << " per step"
               << (dist ? ", " + std::to_string(dist->world()) + " workers" : std::string())
               << "); metrics in " << (o->resume.empty() ? o->out : o->resume) << "/metrics.jsonl\n";
-    if (uses_bf16_autocast(tc.precision, device) && !bf16_speed_note(device).empty())
-      std::cerr << bf16_speed_note(device) << "\n";
+    if (uses_bf16_autocast(tc.precision, device)) {
+      const auto note = bf16_speed_note(device);
+      if (!note.empty()) std::cerr << note << "\n";
+    }
     Progress progress("train", tc.steps, trainer->step(), tc.log_every);
     double last_eval = -1, last_accuracy = 0;
     trainer->run(
