@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "fuzz_target.h"
+#include "text/bpe_train.h"
 #include "text/normalizer.h"
 #include "text/subword.h"
 #include "text/utf8.h"

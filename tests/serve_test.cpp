@@ -13,6 +13,7 @@
 #include "serve/api.h"
 #include "serve/engine.h"
 #include "tasks/task.h"
+#include "text/bpe_train.h"
 #include "text/subword.h"
 #include "text/tokenizer.h"
 #include "text/utf8.h"

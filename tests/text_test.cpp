@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 
+#include "text/bpe_train.h"
 #include "text/charsmap.h"
 #include "text/normalizer.h"
 #include "text/regex_split.h"

@@ -4,6 +4,7 @@
 #include <iterator>
 
 #include "commands.h"
+#include "text/bpe_train.h"
 #include "text/corpus.h"
 #include "text/subword.h"
 #include "text/utf8.h"

@@ -6,6 +6,8 @@
 #include <unordered_map>
 
 #include "data/shards.h"
+#include "text/bpe_train.h"
+#include "text/subword.h"
 #include "text/utf8.h"
 #include "util/error.h"
 #include "util/files.h"

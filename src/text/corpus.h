@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "text/subword.h"
+#include "text/normalizer.h"
 #include "util/json.h"
 
 namespace lol {

@@ -29,6 +29,11 @@
 
 namespace lol {
 
+// The key of a pair of ids in merge tables: left << 32 | right.
+inline uint64_t pair_key(int32_t left, int32_t right) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+}
+
 class SubwordTokenizer : public Tokenizer {
  public:
   struct AddedToken {
@@ -134,22 +139,5 @@ class SubwordTokenizer : public Tokenizer {
   std::optional<int64_t> eos_, bos_, pad_;
   uint64_t instance_ = 0;  // tells the per-thread word caches apart
 };
-
-struct BpeTrainOptions {
-  int64_t vocab_size = 8192;  // bytes + merges + special tokens
-  std::string pattern = kCl100kPattern;
-  std::vector<std::string> special_tokens = {"<|endoftext|>", "<|pad|>"};
-  int64_t min_frequency = 2;  // a pair seen fewer times is not merged
-  // Applied to the documents before counting (the text between special tokens) and stored in
-  // the tokenizer, which then applies it to every text it encodes.
-  Normalizer normalizer;
-};
-
-// Learns merges from documents: counts pre-tokens, then repeatedly merges the most frequent
-// adjacent pair (ties: the smaller pair of ids). Deterministic. `progress(done, total)` is
-// called now and then with merges done.
-std::unique_ptr<SubwordTokenizer> train_bpe(
-    const std::vector<std::string>& documents, const BpeTrainOptions& options,
-    const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace lol
