@@ -40,7 +40,7 @@ void add_data_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
     std::set<std::string> seen;  // questions, for deduplication
     std::string text;
     std::vector<Document> documents;
-    Progress progress("data", o->count, 0, std::max<int64_t>(1, o->count / 20));
+    Progress progress("data", o->count);
     int64_t puzzle = 0, kept = 0, duplicates = 0;
     while (kept < o->count) {
       auto first = source.sequence(puzzle * 5);

@@ -24,7 +24,7 @@ Progress::Progress(std::string label, int64_t total, int64_t start, int64_t line
     : label_(std::move(label)),
       total_(total),
       start_(start),
-      line_every_(std::max<int64_t>(1, line_every)),
+      line_every_(std::max<int64_t>(1, line_every > 0 ? line_every : (total - start) / 20)),
       last_line_(start),
       tty_(::isatty(STDERR_FILENO) != 0),
       began_(std::chrono::steady_clock::now()) {}

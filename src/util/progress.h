@@ -8,7 +8,8 @@ namespace lol {
 
 class Progress {
  public:
-  Progress(std::string label, int64_t total, int64_t start = 0, int64_t line_every = 10);
+  // Not on a terminal, a plain line every `line_every` units (0: about twenty over the run).
+  Progress(std::string label, int64_t total, int64_t start = 0, int64_t line_every = 0);
   // done: units completed so far; info: extra text such as "loss 2.31".
   void update(int64_t done, const std::string& info);
   void finish(const std::string& info);
