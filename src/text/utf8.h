@@ -1,6 +1,6 @@
 #pragma once
-// UTF-8 checks for text going into a tokenizer and text coming out of one token at a time, and
-// the few character classes tokenizers need.
+// UTF-8 for tokenizers: checks of text going in and of text coming out one token at a time,
+// reading and writing characters, and the few character classes tokenizers need.
 #include <cstddef>
 #include <cstdint>
 #include <string>
