@@ -44,25 +44,16 @@ std::string to_visible(std::string_view bytes) {
   return out;
 }
 
-// The bytes a tokenizer.json token stands for; false when a character is not in the table.
+// The bytes a tokenizer.json token stands for; false when the text is not valid UTF-8 or a
+// character is not in the table.
 bool from_visible(std::string_view text, std::string* bytes) {
   bytes->clear();
+  if (!valid_utf8(text)) return false;
   const auto& table = byte_level().to_byte;
-  for (size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    uint32_t cp;
-    int len;
-    if (c < 0x80) {
-      cp = c, len = 1;
-    } else if ((c & 0xE0) == 0xC0 && i + 1 < text.size()) {
-      cp = ((c & 0x1F) << 6) | (text[i + 1] & 0x3F), len = 2;
-    } else {
-      return false;  // the table has nothing above U+0143
-    }
-    const auto it = table.find(cp);
+  for (size_t i = 0; i < text.size(); i += utf8_length(static_cast<unsigned char>(text[i]))) {
+    const auto it = table.find(code_point_at(text, i));
     if (it == table.end()) return false;
     bytes->push_back(static_cast<char>(it->second));
-    i += len;
   }
   return true;
 }
