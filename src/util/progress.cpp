@@ -20,6 +20,17 @@ std::string format_duration(double seconds) {
   return out.str();
 }
 
+std::string format_rate(double per_second) {
+  if (!(per_second > 0) || per_second > 1e9) return "? it/s";
+  // Three significant digits, none after the point from 100 on (no exponents).
+  const auto number = [](double x) {
+    char text[32];
+    std::snprintf(text, sizeof text, x >= 100 ? "%.0f" : "%.3g", x);
+    return std::string(text);
+  };
+  return per_second >= 1 ? number(per_second) + " it/s" : number(1 / per_second) + " s/it";
+}
+
 Progress::Progress(std::string label, int64_t total, int64_t start, int64_t line_every)
     : label_(std::move(label)),
       total_(total),
@@ -39,13 +50,13 @@ void Progress::update(int64_t done, const std::string& info) {
     const int width = 24;
     const int filled = total_ > 0 ? static_cast<int>(width * done / total_) : 0;
     line << "\r" << label_ << " [" << std::string(filled, '#') << std::string(width - filled, ' ')
-         << "] " << done << "/" << total_ << " " << info << " | ETA " << format_duration(eta)
-         << "\033[K";
+         << "] " << done << "/" << total_ << " " << info << " | " << format_rate(rate) << " ETA "
+         << format_duration(eta) << "\033[K";
     std::cerr << line.str() << std::flush;
   } else if (done - last_line_ >= line_every_ || done == total_) {
     last_line_ = done;
-    line << label_ << " " << done << "/" << total_ << " " << info << " | elapsed "
-         << format_duration(elapsed) << " ETA " << format_duration(eta) << "\n";
+    line << label_ << " " << done << "/" << total_ << " " << info << " | " << format_rate(rate)
+         << " elapsed " << format_duration(elapsed) << " ETA " << format_duration(eta) << "\n";
     std::cerr << line.str() << std::flush;
   }
 }

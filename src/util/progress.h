@@ -21,7 +21,10 @@ class Progress {
   std::chrono::steady_clock::time_point began_;
 };
 
+// "1h2m3s"; "?" when unknown (negative) or absurd.
 std::string format_duration(double seconds);
+// Units per second the way tqdm writes them: "12.3 it/s", below one "2.5 s/it".
+std::string format_rate(double per_second);
 
 // SIGINT / SIGTERM set a flag instead of killing the process, so loops can save and stop.
 void install_interrupt_handler();
