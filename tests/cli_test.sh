@@ -150,6 +150,7 @@ expect_ok "generate all at once, sampled" "$lol" generate --model "$dir/run/chec
 cp "$dir/out" "$dir/sampled_all.txt"
 expect_ok "generate one at a time, sampled" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --max-tokens 8 --batch-size 1 --temperature 1 --seed 4
 cmp -s "$dir/out" "$dir/sampled_all.txt" && [ "$(wc -l <"$dir/out")" -eq "$(wc -l <"$dir/questions.txt")" ] && pass "batch size leaves sampled output unchanged" || failed "sampled output depends on --batch-size"
+expect_error "negative temperature" "temperature must be a finite number >= 0 (0: greedy), got -1" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --temperature -1
 expect_error "negative batch size" "batch-size: must be >= 0, got -1" "$lol" generate --model "$dir/run/checkpoints/step_00000004" --task maze --prompts "$dir/questions.txt" --batch-size -1
 
 # Routing analysis: routes of labelled sequences, mode paths, bad input.

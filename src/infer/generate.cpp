@@ -8,7 +8,8 @@
 namespace lol {
 
 void SamplingOptions::validate() const {
-  LOL_CHECK(std::isfinite(temperature), "temperature must be a finite number, got ", temperature);
+  LOL_CHECK(std::isfinite(temperature) && temperature >= 0,
+            "temperature must be a finite number >= 0 (0: greedy), got ", temperature);
   LOL_CHECK(top_k >= 0, "top-k must be >= 0, got ", top_k);
   LOL_CHECK(top_p > 0 && top_p <= 1, "top-p must be in (0, 1], got ", top_p);
   LOL_CHECK(max_tokens >= 0, "max tokens must be >= 0, got ", max_tokens);
@@ -31,7 +32,7 @@ int64_t sample_token(const torch::Tensor& logits_in, const SamplingOptions& o,
   auto logits = logits_in.to(torch::kCPU, torch::kFloat32);
   if (o.vocab_limit > 0 && o.vocab_limit < logits.size(0))
     logits = logits.narrow(0, 0, o.vocab_limit);
-  if (o.temperature <= 0) return logits.argmax().item<int64_t>();
+  if (o.temperature == 0) return logits.argmax().item<int64_t>();
   logits = logits / o.temperature;
   if (o.top_k > 0 && o.top_k < logits.size(0)) {
     auto kth = std::get<0>(logits.topk(o.top_k)).min();

@@ -12,7 +12,7 @@
 namespace lol {
 
 struct SamplingOptions {
-  double temperature = 0.0;  // <= 0: greedy
+  double temperature = 0.0;  // 0: greedy
   int64_t top_k = 0;         // 0: off
   double top_p = 1.0;        // 1: off
   uint64_t seed = 0;
