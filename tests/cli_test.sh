@@ -43,6 +43,11 @@ expect_ok "forward forced" "$lol" forward --model "$dir/m" --tokens 1,2,3 --forc
 expect_ok "generate ids" "$lol" generate --model "$dir/m" --tokens 1,2,3 --max-tokens 4 --routes "$dir/r.jsonl"
 expect_ok "generate ids as text" "$lol" generate --model "$dir/m" --prompt "1, 2 3" --max-tokens 4 --echo
 grep -q '^1,2,3,[0-9]' "$dir/out" && pass "ids echo as comma lists" || failed "ids echo: $(cat "$dir/out")"
+# The id vocabulary has no end of sequence: 1,000 tokens asked, the model's 128 positions end it.
+expect_ok "generate past max_seq_len" "$lol" generate --model "$dir/m" --tokens 1,2,3 --max-tokens 1000
+[ "$(tr ',' '\n' <"$dir/out" | wc -l)" -eq 125 ] &&
+  grep -q "1 of 1 sequences stopped at the model's max_seq_len of 128 tokens, before --max-tokens 1000" "$dir/err" &&
+  pass "a continuation cut by max_seq_len says so" || failed "cut by max_seq_len: $(head -c 300 "$dir/err")"
 expect_error "generate ids out of range" "'999' is not a token id in \\[0, 64)" "$lol" generate --model "$dir/m" --prompt "1 999" --max-tokens 4
 expect_error "serve without a model" "not a model directory" "$lol" serve --model "$dir/nowhere" --port 0
 expect_error "workers that do not divide a step" "--nproc 2: a step's 1 micro-batch(es) (grad_accum) must divide" "$lol" train --preset tiny --steps 2 --out "$dir/dp" --nproc 2

@@ -1,5 +1,6 @@
 // lol generate: continue prompts with the cached decoder; text in and out through the model's
 // tokenizer (a task vocabulary, or comma-separated ids).
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 
@@ -153,6 +154,15 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
       for (const auto& r : g.routes) routes_text += r.to_json().dump() + "\n";
     }
     if (!o->routes_out.empty()) write_file_atomic(o->routes_out, routes_text);
+    // A sequence that reached the model's longest before --max-tokens, a stop token or a stop
+    // string ends there; say so rather than leave a short continuation unexplained.
+    const auto cut = std::count_if(results.begin(), results.end(), [&](const auto& g) {
+      return g.finish_reason == "length" && static_cast<int64_t>(g.tokens.size()) < o->max_tokens;
+    });
+    if (cut > 0)
+      std::cerr << "lol generate: " << cut << " of " << results.size()
+                << " sequences stopped at the model's max_seq_len of " << config.max_seq_len
+                << " tokens, before --max-tokens " << o->max_tokens << "\n";
   });
 }
 
