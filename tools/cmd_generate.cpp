@@ -19,7 +19,7 @@ struct GenerateOptions {
   std::string model, prompt, tokens, prompts_file, router_only, force, routes_out, task;
   std::vector<std::string> stop_strings;
   std::vector<int64_t> stop_tokens;
-  int64_t prompt_len = -1, max_tokens = 64, top_k = 0, batch_size = 32;
+  int64_t prompt_len = -1, max_tokens = -1, top_k = 0, batch_size = 32;
   double temperature = 0, top_p = 1;
   uint64_t seed = 0;
   bool echo = false;
@@ -45,8 +45,11 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
                 "score` reads them");
   cmd->add_option("--router-only", o->router_only, "router-only prompt positions, comma-separated");
   cmd->add_option("--force", o->force, "forced path JSON (docs/formats.md)");
-  cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate at most")
-      ->capture_default_str();
+  cmd->add_option("--max-tokens", o->max_tokens,
+                  "tokens to generate at most (-1: until a stop token, a stop string or the "
+                  "model's max_seq_len)")
+      ->capture_default_str()
+      ->check(at_least(-1));
   cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", o->top_k, "sample from the k most likely (0 = off)")
       ->capture_default_str();
@@ -113,7 +116,7 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
     sampling.top_k = o->top_k;
     sampling.top_p = o->top_p;
     sampling.seed = o->seed;
-    sampling.max_tokens = o->max_tokens;
+    sampling.max_tokens = o->max_tokens >= 0 ? o->max_tokens : config.max_seq_len;
     sampling.stop_tokens = o->stop_tokens;
     sampling.vocab_limit = tokenizer->vocab_size();  // never an id the text cannot show
     if (auto eos = tokenizer->eos()) sampling.stop_tokens.push_back(*eos);
@@ -154,8 +157,8 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
       for (const auto& r : g.routes) routes_text += r.to_json().dump() + "\n";
     }
     if (!o->routes_out.empty()) write_file_atomic(o->routes_out, routes_text);
-    // A sequence that reached the model's longest before --max-tokens, a stop token or a stop
-    // string ends there; say so rather than leave a short continuation unexplained.
+    // A sequence that reached the model's longest before the --max-tokens asked for, a stop
+    // token or a stop string ends there; say so rather than leave it short unexplained.
     const auto cut = std::count_if(results.begin(), results.end(), [&](const auto& g) {
       return g.finish_reason == "length" && static_cast<int64_t>(g.tokens.size()) < o->max_tokens;
     });
