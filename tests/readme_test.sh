@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The README as a newcomer meets it: every ```sh block but the set-up one (```sh setup) runs in
 # order in a scratch directory, with build/release/lol standing for the binary under test.
-# Only sizes shrink, so the whole README runs in about a minute: --steps N -> 2, --count N -> 3,
-# and each bench line gets one short repetition. Then the outputs the README promises are
-# checked (forward JSON with routes, traces equal to the data, one continuation per question).
+# Only sizes shrink, so the whole README runs in a few minutes: --steps N -> 2, --count N -> 3,
+# generations end at 32 tokens, and each bench line gets one short repetition. Then the outputs
+# the README promises are checked (forward JSON with routes, traces equal to the data, one
+# continuation per question).
 #   tests/readme_test.sh LOL_BINARY README.md
 set -uo pipefail
 lol=$(realpath "$1")
@@ -26,6 +27,8 @@ sed -E -i \
 awk '/\\$/ {sub(/\\$/, ""); line = line $0; next} {line = line $0; if (line ~ /^[[:space:]]*(#|$)/) {line = ""; next}
      cmd = line; gsub(/[\047"$`\\]/, "", cmd); printf "echo \"@@ $(date +%%s) %s\"\n%s\n", substr(cmd, 1, 100), line; line = ""}' \
   blocks.sh >commands.sh
+# A two-step model seldom writes <eos>: its generations stop at 32 tokens, not at max_seq_len.
+sed -E -i '/"\$LOL" generate/ {/--max-tokens/! s/"\$LOL" generate/"$LOL" generate --max-tokens 32/}' commands.sh
 echo "running $(grep -c '^echo "@@' commands.sh) README commands from $readme"
 if ! LOL="$lol" bash -e commands.sh >run.log 2>&1; then
   echo "FAILED: a README command failed; the last lines of its run:"
