@@ -125,6 +125,12 @@ expect_ok "train from shard" "$lol" train --preset tiny --set vocab_size=160 --d
 # Runs side by side: the table on stdout, the plots on one page, the final loss from eval.json.
 "$lol" data maze --count 2 --seed 3 --size 4 --format shards --out "$dir/maze4.shard" >/dev/null 2>&1
 expect_ok "eval a shard into the run" "$lol" eval --model "$dir/run" --data "$dir/maze4.shard" --json-out "$dir/run/eval.json"
+# A task shard is scored as training scores it: only the tokens after the prompt window "... ]".
+"$lol" data maze --count 2 --seed 3 --size 4 --format text --out "$dir/maze4.txt" >/dev/null 2>&1
+targets=$(sed 's/.* \] //' "$dir/maze4.txt" | wc -w)
+grep -q "\"tokens\": *$targets\b" "$dir/run/eval.json" && pass "eval scores a task's targets after the prompt ($targets)" ||
+  failed "eval of a task shard: $targets targets expected, $(grep -o '"tokens": *[0-9]*' "$dir/run/eval.json" | head -1)"
+expect_error "eval of a task stream" "lol data maze --size 5 --format shards" "$lol" eval --model "$dir/run" --data task:maze:5
 expect_ok "compare" "$lol" compare "$dir/run" "$dir/run3" --out "$dir/compare.html" --json-out "$dir/compare.json"
 [ "$(grep -c '^| run3\? | lol L=4 |' "$dir/out")" -eq 2 ] && grep -q '| metrics |$' "$dir/out" && grep -q '| eval.json |$' "$dir/out" &&
   [ "$(grep -c '<svg' "$dir/compare.html")" -eq 3 ] && grep -q '<polyline' "$dir/compare.html" &&

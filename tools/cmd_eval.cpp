@@ -41,6 +41,14 @@ void add_eval_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
       ->capture_default_str();
   cmd->add_option("--json-out", o->json_out, "also write the figures as JSON");
   commands.emplace_back(cmd, [o] {
+    // Task streams have no held-out file to read: their held-out figures come from `lol train`
+    // (eval_every) and from greedy traces (`lol path curve`, `lol generate | lol task score`).
+    if (o->data.rfind("task:", 0) == 0) {
+      const auto task = o->data.substr(5), name = task.substr(0, task.find(':'));
+      fail("--data ", o->data, ": lol eval reads a corpus:DIR or a shard file; `lol data ", name,
+           name == task ? "" : " --size " + task.substr(name.size() + 1),
+           " --format shards --out FILE` writes a task's held-out set");
+    }
     const auto device = selected_device();
     auto model = load_model(o->model, device);
     model->eval();
@@ -87,19 +95,25 @@ void add_eval_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
       const size_t end = std::min(docs.size(), first + static_cast<size_t>(o->batch));
       std::vector<std::vector<TokenSequence>> rows;
       for (size_t d = first; d < end; ++d) {
+        // A task document's prompt window and router-only tokens route as in training.
         TokenSequence s;
         s.tokens = docs[d].tokens;
+        s.prompt_len = docs[d].prompt_len;
+        for (size_t i = 0; i < docs[d].router_only.size(); ++i)
+          if (docs[d].router_only[i]) s.router_only.push_back(static_cast<int64_t>(i));
         LOL_CHECK(static_cast<int64_t>(s.tokens.size()) <= max_len, shard, " document ", d, " has ",
                   s.tokens.size(), " tokens, more than the model's max_seq_len ", max_len);
         rows.push_back({s});
       }
       const Layout layout(Batch::from_documents(rows), config.vocab_size, device);
-      // Position i of a document predicts its token i + 1; the last position predicts nothing.
+      // Position i of a document predicts its token i + 1 when the loss mask (as training's:
+      // a task's targets after its prompt window) says so; the last position predicts nothing.
       std::vector<int64_t> targets(layout.num_tokens(), -100);
       for (size_t d = first; d < end; ++d) {
         const auto& flat = layout.documents()[d - first];
+        const auto& mask = docs[d].loss_mask;
         for (int64_t i = 0; i + 1 < flat.length; ++i)
-          targets[flat.start + i] = docs[d].tokens[i + 1];
+          if (mask.empty() || mask[i + 1]) targets[flat.start + i] = docs[d].tokens[i + 1];
       }
       const auto logits = model->forward(layout, options).logits.to(torch::kFloat32);
       const auto nll =
@@ -115,6 +129,7 @@ void add_eval_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
         Sum s;
         for (int64_t i = 0; i + 1 < flat.length; ++i) {
           const auto next = targets[flat.start + i];
+          if (next < 0) continue;
           s.nats += n[flat.start + i];
           if (!unigram.empty()) s.unigram_nats += unigram[next];
           ++s.tokens;
