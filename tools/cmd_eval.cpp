@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "data/shards.h"
+#include "infer/generate.h"
 #include "model/checkpoint.h"
 #include "model/layout.h"
 #include "text/corpus.h"
@@ -95,15 +96,11 @@ void add_eval_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
       const size_t end = std::min(docs.size(), first + static_cast<size_t>(o->batch));
       std::vector<std::vector<TokenSequence>> rows;
       for (size_t d = first; d < end; ++d) {
+        const auto length = static_cast<int64_t>(docs[d].tokens.size());
+        LOL_CHECK(length <= max_len, shard, " document ", d, " has ", length,
+                  " tokens, more than the model's max_seq_len ", max_len);
         // A task document's prompt window and router-only tokens route as in training.
-        TokenSequence s;
-        s.tokens = docs[d].tokens;
-        s.prompt_len = docs[d].prompt_len;
-        for (size_t i = 0; i < docs[d].router_only.size(); ++i)
-          if (docs[d].router_only[i]) s.router_only.push_back(static_cast<int64_t>(i));
-        LOL_CHECK(static_cast<int64_t>(s.tokens.size()) <= max_len, shard, " document ", d, " has ",
-                  s.tokens.size(), " tokens, more than the model's max_seq_len ", max_len);
-        rows.push_back({s});
+        rows.push_back({prompt_from_document(docs[d], length)});
       }
       const Layout layout(Batch::from_documents(rows), config.vocab_size, device);
       // Position i of a document predicts its token i + 1 when the loss mask (as training's:
