@@ -525,6 +525,60 @@ TEST(Routes, ExtractionRecordsTheForwardPassRoutesAndRoundTrips) {
   for (size_t i = 0; i < read.size(); ++i) EXPECT_EQ(read[i].to_json(), extracted[i].to_json());
 }
 
+// A sequence longer than the model's context is routed on its first max_seq_len tokens, and
+// those routes are the whole sequence's there (the router reads only earlier windows): the
+// same model with a longer context routes the same windows the same way.
+TEST(Routes, ASequencePastTheContextIsRoutedOnItsPrefixAsAWholeOne) {
+  auto c = testing::tiny_config();
+  c.vocab_size = 160;
+  c.max_seq_len = 256;
+  auto whole = testing::make_model(c, 8);
+  auto short_config = c;
+  short_config.max_seq_len = 84;  // the 4 x 4 mazes below have 82-91 tokens
+  auto cut_model = testing::make_model(short_config, 8);
+  {
+    const auto a = whole->named_state(), b = cut_model->named_state();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_TRUE(a[i].first == b[i].first && torch::equal(a[i].second, b[i].second)) << a[i].first;
+  }
+  auto run = [&](LanguageModel& model, int64_t* cut) {
+    auto source = task_sequences("maze", 4, 3, 3);
+    std::vector<SequenceRoutes> out;
+    ExtractOptions options;
+    options.batch_size = 4;
+    *cut = extract_routes(model, *source, options, [&](SequenceRoutes&& s) { out.push_back(s); });
+    return out;
+  };
+  int64_t none = -1, cut = -1;
+  const auto a = run(whole, &none), b = run(cut_model, &cut);
+  EXPECT_EQ(none, 0);
+  ASSERT_EQ(a.size(), b.size());
+  int64_t longer = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    longer += a[i].length > 84;
+    EXPECT_EQ(b[i].length, std::min<int64_t>(a[i].length, 84));
+    EXPECT_EQ(b[i].prompt_len, a[i].prompt_len);
+    std::vector<const WindowRoute*> expected;
+    for (const auto& w : a[i].windows)
+      if (w.route.position < 84) expected.push_back(&w);
+    ASSERT_EQ(b[i].windows.size(), expected.size());
+    for (size_t k = 0; k < expected.size(); ++k) {
+      const auto &x = *expected[k], &y = b[i].windows[k];
+      EXPECT_EQ(y.route.depth, x.route.depth);
+      EXPECT_EQ(y.route.window, x.route.window);
+      EXPECT_EQ(y.route.position, x.route.position);
+      EXPECT_EQ(y.route.length, std::min<int64_t>(x.route.length, 84 - x.route.position));
+      EXPECT_EQ(y.route.expert, x.route.expert);
+      EXPECT_NEAR(y.route.gate, x.route.gate, 1e-5);
+      EXPECT_EQ(y.router_only, x.router_only);
+    }
+  }
+  EXPECT_EQ(cut, longer);
+  EXPECT_GT(cut, 0);
+  EXPECT_LT(cut, static_cast<int64_t>(a.size()));
+}
+
 // The flip measurement: no flips at eps 0 (not measured), none for clear margins under a
 // small perturbation, many under a large one; the statistics count them per depth and margin.
 TEST(Routes, PerturbationFlipsFollowTheMargins) {

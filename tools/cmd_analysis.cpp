@@ -116,11 +116,15 @@ void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       progress.update(done, "sequences");
       LOL_CHECK(!interrupt_requested(), "interrupted; ", o->out, " was not written");
     };
-    extract_routes(model, *source, options,
-                   [&](SequenceRoutes&& s) { out.write(s.to_json().dump() + "\n"); });
+    const int64_t cut = extract_routes(
+        model, *source, options, [&](SequenceRoutes&& s) { out.write(s.to_json().dump() + "\n"); });
     out.commit();
     progress.finish("wrote the routes of " + std::to_string(source->size()) + " sequences to " +
                     o->out);
+    if (cut > 0)
+      std::cerr << "route: " << cut << " of " << source->size()
+                << " sequences were longer than the model's max_seq_len of " << config.max_seq_len
+                << " tokens; their routes cover the first " << config.max_seq_len << "\n";
   });
 }
 

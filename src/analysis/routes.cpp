@@ -1,5 +1,6 @@
 #include "analysis/routes.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -270,10 +271,23 @@ std::vector<uint8_t> flips(const WindowRouting& routing, const RouteDecisions& d
   return out;
 }
 
+// A sequence longer than the model's context keeps its first max_seq_len tokens (and the
+// router-only positions among them). Its routes are those of the whole sequence's windows up
+// to there: a window's route depends only on the tokens before it (SPEC 1.4).
+bool cut_to_max_seq_len(TokenSequence* s, int64_t max_seq_len) {
+  if (static_cast<int64_t>(s->tokens.size()) <= max_seq_len) return false;
+  s->tokens.resize(max_seq_len);
+  s->prompt_len = std::min(s->prompt_len, max_seq_len);
+  auto& ro = s->router_only;
+  ro.erase(std::remove_if(ro.begin(), ro.end(), [&](int64_t p) { return p >= max_seq_len; }),
+           ro.end());
+  return true;
+}
+
 }  // namespace
 
-void extract_routes(LanguageModel& model, LabelledSource& source, const ExtractOptions& options,
-                    const std::function<void(SequenceRoutes&&)>& sink) {
+int64_t extract_routes(LanguageModel& model, LabelledSource& source, const ExtractOptions& options,
+                       const std::function<void(SequenceRoutes&&)>& sink) {
   const auto* routing = model->core().routing();
   LOL_CHECK(routing, "route extraction needs a core that routes windows (family lol); this is a ",
             enum_name(model->config().family), " model");
@@ -285,16 +299,13 @@ void extract_routes(LanguageModel& model, LabelledSource& source, const ExtractO
   const auto device = model->parameters().front().device();
   auto generator = at::detail::createCPUGenerator(options.seed);
   const auto& c = model->config();
-  int64_t done = 0;
+  int64_t done = 0, cut = 0;
   for (;;) {
     std::vector<LabelledSequence> batch;
     while (static_cast<int64_t>(batch.size()) < options.batch_size) {
       auto item = source.next();
       if (!item) break;
-      LOL_CHECK(static_cast<int64_t>(item->sequence.tokens.size()) <= c.max_seq_len,
-                source.describe(), ": sequence ", done + static_cast<int64_t>(batch.size()),
-                " has ", item->sequence.tokens.size(),
-                " tokens, more than the model's max_seq_len ", c.max_seq_len);
+      cut += cut_to_max_seq_len(&item->sequence, c.max_seq_len);
       batch.push_back(std::move(*item));
     }
     if (batch.empty()) break;
@@ -330,6 +341,7 @@ void extract_routes(LanguageModel& model, LabelledSource& source, const ExtractO
     done += static_cast<int64_t>(batch.size());
     if (options.on_progress) options.on_progress(done);
   }
+  return cut;
 }
 
 RouteReader::RouteReader(std::istream& in, std::string name) : in_(in), name_(std::move(name)) {

@@ -82,9 +82,12 @@ struct ExtractOptions {
 };
 
 // Runs every sequence of `source` through the model (no grad, batched, full depth) and calls
-// `sink` with each sequence's routes in source order. Needs a core that routes windows.
-void extract_routes(LanguageModel& model, LabelledSource& source, const ExtractOptions& options,
-                    const std::function<void(SequenceRoutes&&)>& sink);
+// `sink` with each sequence's routes in source order. Needs a core that routes windows. A
+// sequence longer than the model's max_seq_len is routed on its first max_seq_len tokens
+// (exactly its routes there: routing is causal) and its length is the cut one; returns how
+// many were cut.
+int64_t extract_routes(LanguageModel& model, LabelledSource& source, const ExtractOptions& options,
+                       const std::function<void(SequenceRoutes&&)>& sink);
 
 // Reads a route file line by line (bounded memory): the header when constructed, then one
 // sequence per next(). Throws naming the line for a malformed one.
