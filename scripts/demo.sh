@@ -9,7 +9,7 @@
 #      mode paths from held-out mazes, then greedy traces on 100 other mazes per strategy with
 #      the true descriptor and with the filler and each strategy's mode path forced, with both
 #      confusion matrices and one maze per strategy and condition shown beside its reference.
-# The full experiment (longer training, every intervention, curves) is scripts/maze_strategy.sh
+# The full experiment (longer training, every intervention, curves) is scripts/strategy_control.sh
 # (docs/experiments.md). Ctrl-C stops with a usable checkpoint; `build/release/lol train --resume
 # runs/demo --nproc 2` resumes.
 set -euo pipefail

@@ -242,8 +242,8 @@ TEST(Config, ValidationNamesTheFieldAndOverridesApply) {
 }
 
 TEST(Config, ShippedPresetsLoadAndBuild) {
-  for (std::string name : {"tiny", "maze-demo", "maze-cpu", "sudoku-cpu", "text-cpu", "text-gpu",
-                           "paper-360m", "paper-1b"}) {
+  for (std::string name : {"tiny", "maze-demo", "maze-cpu", "sudoku-demo", "sudoku-cpu", "text-cpu",
+                           "text-gpu", "paper-360m", "paper-1b"}) {
     ModelConfig c;
     ASSERT_NO_THROW(c = load_model_config(name)) << name;
     if (name == "tiny") {

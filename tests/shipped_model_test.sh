@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The shipped model (models/maze-strategy-cpu, shown by part (b) of scripts/demo.sh) is what the
 # cpu recipe trains: its config.json and the training config in its train_state.json equal the
-# ones the recipe's training command resolves today (scripts/maze_strategy.sh with MAZE_DRY_RUN=1),
+# ones the recipe's training command resolves today (scripts/strategy_control.sh with STRATEGY_DRY_RUN=1),
 # it was trained to the recipe's last step, its README gives the command that reproduces it, and
 # the engine loads it and, running the demo's strategy-control command on it, still finds the
 # strategy control the model was shipped for.
@@ -16,7 +16,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 for f in config.json model.safetensors train_state.json README.md; do
   [ -f "$model/$f" ] || fail "models/maze-strategy-cpu lacks $f"
 done
-LOL=$lol MAZE_DRY_RUN=1 bash "$root/scripts/maze_strategy.sh" "$tmp/recipe" cpu >"$tmp/dry.txt" 2>&1 ||
+LOL=$lol STRATEGY_DRY_RUN=1 bash "$root/scripts/strategy_control.sh" "$tmp/recipe" maze-cpu >"$tmp/dry.txt" 2>&1 ||
   { cat "$tmp/dry.txt"; fail "the recipe's dry run failed"; }
 # Same keys and values, whatever the order and layout: FILE [KEY] (the object under KEY) against
 # FILE2.
@@ -42,7 +42,7 @@ import json, sys
 state = json.load(open(sys.argv[1]))
 sys.exit(0 if state["step"] == state["train_config"]["steps"] else 1)
 PY
-grep -qF "scripts/maze_strategy.sh runs/maze-strategy cpu" "$model/README.md" ||
+grep -qF "scripts/strategy_control.sh runs/maze-strategy maze-cpu" "$model/README.md" ||
   fail "the README does not give the command that reproduces the model"
 
 "$lol" info --model "$model" >"$tmp/info.txt" || fail "lol info cannot read the shipped model"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# scripts/maze_strategy.sh end to end at toy size: trains with two workers, writes the strategy-
-# control curve at every checkpoint, the final evaluation under every intervention, the report
-# and the summary; a rerun skips every finished stage; a bad profile is refused.
+# scripts/strategy_control.sh end to end at toy size, on mazes and on sudoku: trains with two
+# workers, writes the strategy-control curve at every checkpoint, the final evaluation under every
+# intervention, the report and the summary; a rerun skips every finished stage; a bad profile is
+# refused.
 set -euo pipefail
 lol=$(realpath "$1")
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -9,7 +10,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-LOL=$lol bash "$root/scripts/maze_strategy.sh" "$tmp/ms" toy >"$tmp/first.txt" 2>&1 ||
+LOL=$lol bash "$root/scripts/strategy_control.sh" "$tmp/ms" maze-toy >"$tmp/first.txt" 2>&1 ||
   { cat "$tmp/first.txt"; fail "the toy recipe failed"; }
 for f in run/checkpoints/step_00000003 run/checkpoints/step_00000006 curve.json curve.html \
          routes.jsonl paths/bfs.json eval.json samples.jsonl report.html summary.md; do
@@ -25,14 +26,32 @@ for s in "## Along training" "| 6 | 6144 |" "distinct paths among 5 labels" "dep
 done
 grep -q "<svg" "$tmp/ms/curve.html" || fail "curve.html has no plot"
 
-LOL=$lol bash "$root/scripts/maze_strategy.sh" "$tmp/ms" toy >"$tmp/second.txt" 2>&1 ||
+LOL=$lol bash "$root/scripts/strategy_control.sh" "$tmp/ms" maze-toy >"$tmp/second.txt" 2>&1 ||
   { cat "$tmp/second.txt"; fail "the rerun failed"; }
 if grep -q "^== " "$tmp/second.txt"; then cat "$tmp/second.txt"; fail "the rerun redid a stage"; fi
-cmp -s "$tmp/ms/summary.md" <(sed -n '/^# Maze/,/^maze_strategy.sh:/p' "$tmp/second.txt" | sed '$d') ||
+cmp -s "$tmp/ms/summary.md" <(sed -n '/^# Maze/,/^strategy_control.sh:/p' "$tmp/second.txt" | sed '$d') ||
   fail "the rerun's summary differs"
 
-if LOL=$lol bash "$root/scripts/maze_strategy.sh" "$tmp/x" nope 2>"$tmp/err.txt"; then
+# Sudoku: the same stages on 9 x 9 puzzles (no maze side passed); a step is 2 micro-batches of
+# 1 x 512 tokens, the context 512 tokens, so most held-out sequences (360 to thousands of
+# tokens) are routed on their first 512.
+LOL=$lol bash "$root/scripts/strategy_control.sh" "$tmp/su" sudoku-toy >"$tmp/sudoku.txt" 2>&1 ||
+  { cat "$tmp/sudoku.txt"; fail "the sudoku toy recipe failed"; }
+for f in curve.json curve.html routes.jsonl paths/naked.json paths/backtrack.json eval.json \
+         report.html summary.md; do
+  [ -e "$tmp/su/$f" ] || fail "sudoku: missing $f"
+done
+grep -q '"tokens": 4096' "$tmp/su/curve.json" || fail "sudoku: curve.json lacks step 4's tokens"
+for s in "# Sudoku strategy control (sudoku-toy recipe, 9 x 9 sudoku)" "| 4 | 4096 |" \
+         "distinct paths among 5 labels" "forced mode paths (full)"; do
+  grep -qF -- "$s" "$tmp/su/summary.md" || fail "sudoku: summary.md lacks '$s'"
+done
+grep -qE "^route: [1-5] of 5 sequences were longer than the model's max_seq_len of 512 tokens" \
+  "$tmp/sudoku.txt" || fail "sudoku: lol route did not say which sequences it cut"
+
+if LOL=$lol bash "$root/scripts/strategy_control.sh" "$tmp/x" nope 2>"$tmp/err.txt"; then
   fail "an unknown profile was accepted"
 fi
-grep -q "PROFILE must be cpu, gpu or toy" "$tmp/err.txt" || fail "no clear error for a bad profile"
-echo "maze_strategy: ok"
+grep -q "PROFILE must be maze-cpu, maze-gpu, maze-toy, sudoku-cpu or sudoku-toy" "$tmp/err.txt" ||
+  fail "no clear error for a bad profile"
+echo "strategy_control: ok"

@@ -4,7 +4,7 @@
 // held-out problems (a) with the true descriptor and (b) with the filler and each strategy's
 // mode path forced, scored per strategy. Measured at every checkpoint of a run it gives the
 // learning curves of (a) and (b) against training tokens (lol path curve,
-// scripts/maze_strategy.sh).
+// scripts/strategy_control.sh).
 #include <functional>
 #include <string>
 #include <vector>
