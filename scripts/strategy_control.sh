@@ -114,12 +114,19 @@ fi
 
 # 3. The last model (eval.json is written atomically, last) on held-out puzzles: mode paths from
 #    seed-0 puzzles (with the route-flip measurement), every intervention on seed-1 puzzles, the
-#    report page.
+#    report page. The mode paths by SPEC 3.6's rule (argmax of the mean router probability), and
+#    by the expert the windows ran most often (`--rule routed`, the balancing bias included),
+#    forced in full.
 if [ ! -f "$out/eval.json" ]; then
   echo "== final evaluation ($count $puzzles per strategy)"
   "$lol" "${device[@]}" route --model "$run" --task "$task" "${size_arg[@]}" --count "$count" \
     --seed 0 --perturb 0.05 --out "$out/routes.jsonl"
   "$lol" path extract "$out/routes.jsonl" --out "$out/paths" >"$out/paths.txt"
+  "$lol" path extract "$out/routes.jsonl" --rule routed --out "$out/paths-routed" \
+    >"$out/paths-routed.txt"
+  "$lol" "${device[@]}" path eval --model "$run" --task "$task" "${size_arg[@]}" \
+    --paths "$out/paths-routed" --count "$count" --seed 1 --interventions full \
+    --json "$out/eval-routed.json" >"$out/eval-routed.txt"
   "$lol" "${device[@]}" path eval --model "$run" --task "$task" "${size_arg[@]}" \
     --paths "$out/paths" --count "$count" --seed 1 \
     --interventions descriptor,filler,full,id,gate,permute,random,depths --depth-width 1 \
@@ -140,6 +147,11 @@ fi
   echo
   echo "## The last model, every intervention ($count held-out $puzzles per strategy)"
   cat "$out/eval.txt"
+  echo
+  echo "## Mode paths by the routed rule (the expert the windows ran most often), forced"
+  cat "$out/paths-routed.txt"
+  echo
+  cat "$out/eval-routed.txt"
 } >"$out/summary.md"
 cat "$out/summary.md"
 echo "strategy_control.sh: $out/summary.md, $out/curve.html, $out/report.html"

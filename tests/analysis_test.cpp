@@ -889,6 +889,47 @@ TEST(StrategyControl, DistinctPathsCompareExpertsWhereverEitherPathReaches) {
 // measure_strategy_control is the chain `lol route` (seed A) | `lol path extract` | `lol path
 // eval --interventions descriptor,full` (seed B): the same paths, through their JSON files, give
 // the same generations, on problems of the evaluation seed.
+// `rule` picks how the curve's mode paths choose experts, as `lol path extract --rule` does:
+// with a balancing bias that makes every window run expert 0, the routed rule's paths force
+// expert 0 everywhere, the SPEC rule's (argmax of the mean p) do not.
+TEST(StrategyControl, ModePathsFollowTheChosenRule) {
+  auto model = loud_maze_model(23);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& bias : model->core().balance_biases()) {
+      bias.zero_();
+      bias[0] = 2.0;  // p + b: expert 0 wins every window
+    }
+  }
+  StrategyControlOptions o;
+  o.maze_size = 4;
+  o.count = 2;
+  o.route_seed = 3;
+  std::map<ModeRule, std::vector<LabelledPath>> got;
+  for (auto rule : {ModeRule::kProbabilities, ModeRule::kRouted}) {
+    o.rule = rule;
+    got[rule] = task_mode_paths(model, o);
+    auto source = task_sequences("maze", 4, 2, 3);
+    ModePathBuilder builder(rule);
+    extract_routes(model, *source, ExtractOptions{}, [&](SequenceRoutes&& s) { builder.add(s); });
+    const auto expected = builder.paths();
+    ASSERT_EQ(got[rule].size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_EQ(got[rule][i].label, expected[i].label);
+      EXPECT_EQ(got[rule][i].path.to_json(), expected[i].path.to_json());
+    }
+  }
+  int64_t routed_other = 0, spec_other = 0;
+  for (const auto& p : got[ModeRule::kRouted])
+    for (const auto& [depth, entries] : p.path.depths)
+      for (const auto& [ordinal, e] : entries) routed_other += e.expert.value_or(-1) != 0;
+  for (const auto& p : got[ModeRule::kProbabilities])
+    for (const auto& [depth, entries] : p.path.depths)
+      for (const auto& [ordinal, e] : entries) spec_other += e.expert.value_or(-1) != 0;
+  EXPECT_EQ(routed_other, 0);
+  EXPECT_GT(spec_other, 0);
+}
+
 TEST(StrategyControl, EqualsRouteExtractAndEvalThroughTheirFiles) {
   auto model = loud_maze_model(23);
   const auto& c = model->config();

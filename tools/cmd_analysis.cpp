@@ -318,6 +318,7 @@ void add_path_depth_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
 void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Runner>>& commands) {
   struct Opts {
     std::string run, task, json_out, html_out, title = "Strategy control during training";
+    std::string rule = "probabilities";
     int64_t every = 1, show = 0;
     StrategyControlOptions control;
   };
@@ -341,6 +342,10 @@ void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
       ->capture_default_str();
   cmd->add_option("--seed", o->control.eval_seed, "problems generated on (another seed)")
       ->capture_default_str();
+  cmd->add_option("--rule", o->rule,
+                  "how mode paths choose experts: probabilities (SPEC 3.6) or routed (as lol "
+                  "path extract --rule)")
+      ->capture_default_str();
   cmd->add_option("--every", o->every,
                   "evaluate every k-th checkpoint, counting back from the last")
       ->capture_default_str()
@@ -361,6 +366,7 @@ void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
               "--route-seed and --seed must differ: paths are evaluated on problems they were "
               "not extracted from");
     o->control.kind = tasks::parse_kind(o->task);
+    o->control.rule = parse_enum<ModeRule>(o->rule, "--rule");
     // (model directory, step, tokens) per point; a bare model directory is one point, at the
     // step of its train_state.json when it has one (a checkpoint copied out of its run).
     struct Point {
@@ -405,9 +411,9 @@ void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
     }
     progress.finish("evaluated " + std::to_string(points.size()) + " checkpoint(s)");
     std::cout << tasks::kind_name(o->control.kind) << ", " << o->control.count
-              << " held-out problems per strategy and condition (paths from seed "
-              << o->control.route_seed << ", generations on seed " << o->control.eval_seed
-              << "), greedy, filler length-matched\n"
+              << " held-out problems per strategy and condition (" << o->rule
+              << " mode paths from seed " << o->control.route_seed << ", generations on seed "
+              << o->control.eval_seed << "), greedy, filler length-matched\n"
               << strategy_curve_table(curve);
     const auto& last = curve.back();
     std::cout << "\nlast checkpoint, descriptor:\n"

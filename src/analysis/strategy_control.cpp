@@ -14,7 +14,7 @@ namespace lol {
 
 std::vector<LabelledPath> task_mode_paths(LanguageModel& model, const StrategyControlOptions& o) {
   auto source = task_sequences(tasks::kind_name(o.kind), o.maze_size, o.count, o.route_seed);
-  ModePathBuilder builder;
+  ModePathBuilder builder(o.rule);
   ExtractOptions extract;
   extract.batch_size = o.max_batch;
   extract_routes(model, *source, extract, [&](SequenceRoutes&& s) { builder.add(s); });

@@ -10,17 +10,19 @@
 #include <vector>
 
 #include "analysis/path_eval.h"
+#include "analysis/paths.h"
 
 namespace lol {
 
 struct StrategyControlOptions {
   tasks::Kind kind = tasks::Kind::kMaze;
   int maze_size = 8;
-  int64_t count = 20;               // held-out problems for the paths, and again for each condition
-  uint64_t route_seed = 0;          // problems the mode paths are extracted from
-  uint64_t eval_seed = 1;           // other problems, generated on
-  int64_t max_batch = 16;           // sequences per forward pass and per decoding batch
-  std::function<void()> on_sample;  // after each generation (progress)
+  int64_t count = 20;       // held-out problems for the paths, and again for each condition
+  uint64_t route_seed = 0;  // problems the mode paths are extracted from
+  uint64_t eval_seed = 1;   // other problems, generated on
+  int64_t max_batch = 16;   // sequences per forward pass and per decoding batch
+  ModeRule rule = ModeRule::kProbabilities;  // how the mode paths choose their experts
+  std::function<void()> on_sample;           // after each generation (progress)
 };
 
 struct StrategyControl {
@@ -32,7 +34,7 @@ struct StrategyControl {
   json to_json(tasks::Kind kind) const;
 };
 
-// The mode path of every strategy (SPEC 3.6, probabilities rule) from `count` held-out
+// The mode path of every strategy (SPEC 3.6 by default; `rule`) from `count` held-out
 // problems of `route_seed`, labelled by strategy.
 std::vector<LabelledPath> task_mode_paths(LanguageModel& model, const StrategyControlOptions& o);
 
