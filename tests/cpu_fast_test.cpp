@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "helpers.h"
@@ -29,7 +30,10 @@ TEST(GoldenKernels, NormScaleShiftSwigluRotaryAndGateMatchTheLibTorchExpressions
   configure_runtime(2);  // 300 rows: split over the threads as in prefill
   for (int64_t n : {1, 5, 300}) {
     auto x = torch::randn({n, 40}) * 3;
-    auto [slow_norm, fast_norm] =
+    // std::tie, not a structured binding: the lambdas below use slow_norm, and C++17 lambdas
+    // cannot capture structured bindings (clang refuses them).
+    torch::Tensor slow_norm, fast_norm;
+    std::tie(slow_norm, fast_norm) =
         both_paths([&](torch::ScalarType t) { return rms_normalize(x.to(t), 1e-5); });
     EXPECT_LT(testing::max_abs_diff(slow_norm, fast_norm), 1e-5) << "n " << n;
     auto w = torch::rand({40}) + 0.5, gamma = torch::rand({40}) + 0.5, beta = torch::randn({40});

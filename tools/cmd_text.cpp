@@ -23,7 +23,9 @@ void print_summary(const CorpusSummary& s) {
   std::printf("%-8s %9s %12s %12s %9s %9s\n", "label", "documents", "train bytes", "train tokens",
               "val tok", "test tok");
   int64_t bytes = 0, tokens = 0;
-  for (const auto& [label, splits] : s.counts) {
+  for (const auto& entry : s.counts) {
+    const auto& label = entry.first;
+    const auto& splits = entry.second;  // captured below: a structured binding cannot be (C++17)
     auto get = [&](const char* split) {
       const auto it = splits.find(split);
       return it == splits.end() ? CorpusCounts{} : it->second;

@@ -195,8 +195,11 @@ std::string scatter(const Scatter& s) {
     const double pad = 0.05 * (hi - lo);
     return std::pair<double, double>{lo - pad, hi + pad};
   };
-  const auto [x0, x1] = range(xs);
-  const auto [y0, y1] = range(s.y);
+  // Plain variables, not structured bindings: C++17 lambdas cannot capture those (clang
+  // refuses; the fuzz preset builds with clang-14).
+  const std::pair<double, double> x_range = range(xs), y_range = range(s.y);
+  const double x0 = x_range.first, x1 = x_range.second;
+  const double y0 = y_range.first, y1 = y_range.second;
   auto x_label = [&](double x) {
     if (!s.log_x) return num(x, 2);
     char buffer[32];
