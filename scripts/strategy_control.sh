@@ -53,7 +53,7 @@ case "$profile" in
            --train-set eval_every=3 --train-set eval_batches=1 --train-set checkpoint_every=3
            --train-set keep_checkpoints=1000) ;;
   sudoku-cpu)
-    task=sudoku size=9 steps=${3:-6000} count=20 curve_count=10 every=4 nproc=2
+    task=sudoku steps=${3:-6000} count=20 curve_count=10 every=4 nproc=2
     model=(--preset sudoku-demo)
     # 2 rows of 2,048 tokens per micro-batch, two micro-batches a step (one per worker): about
     # 13 sequences of 360-1,100 tokens a step; backtracking traces (S5) can run past 5,000
@@ -64,7 +64,7 @@ case "$profile" in
            --train-set "checkpoint_every=$((steps / 20 > 0 ? steps / 20 : 1))"
            --train-set keep_checkpoints=1000) ;;
   sudoku-toy)
-    task=sudoku size=9 steps=${3:-4} count=1 curve_count=1 every=1 nproc=2
+    task=sudoku steps=${3:-4} count=1 curve_count=1 every=1 nproc=2
     model=(--preset sudoku-demo --set d_model=16 --set n_heads=2 --set n_kv_heads=1
            --set ffn_hidden=32 --set max_seq_len=512)
     train=(--train-set seq_len=512 --train-set batch_rows=1 --train-set grad_accum=2
