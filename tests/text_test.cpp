@@ -1057,6 +1057,17 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   j = good;
   j["model"]["byte_fallback"] = true;
   expect_error(j, "byte_fallback with a ByteLevel pre-tokenizer");
+  // Fields of the wrong JSON type (fuzzing found `"type": 0`, which threw nlohmann's
+  // type_error instead of lol::Error).
+  j = good;
+  j["model"]["type"] = 0;
+  expect_error(j, "t.json: model.type must be a string");
+  j = good;
+  j["model"] = 5;
+  expect_error(j, "t.json: model is not an object");
+  j = good;
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", 1}};
+  expect_error(j, ".behavior must be a string");
   // Sentencepiece-style files: what is not supported is named.
   const auto spm = sentencepiece_json("llama2");
   j = spm;

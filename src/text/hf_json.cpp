@@ -2,6 +2,19 @@
 
 namespace lol {
 
+std::string string_field(const json& j, const char* key, const std::string& where) {
+  LOL_CHECK(j.is_object() && j.contains(key) && j[key].is_string(), where, " needs a string \"",
+            key, "\"");
+  return j[key].get<std::string>();
+}
+
+std::string string_field(const json& j, const char* key, const std::string& where,
+                         const std::string& fallback) {
+  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
+  LOL_CHECK(j[key].is_string(), where, ".", key, " must be a string");
+  return j[key].get<std::string>();
+}
+
 void for_each_component(
     const json& j, const std::string& where, const char* list,
     const std::function<void(const json&, const std::string&, const std::string&)>& each) {

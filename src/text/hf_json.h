@@ -8,6 +8,13 @@
 
 namespace lol {
 
+// A string field of a component: required (an error naming `where` when absent or not a
+// string), or optional with a fallback (absent or null gives it; any other non-string is an
+// error).
+std::string string_field(const json& j, const char* key, const std::string& where);
+std::string string_field(const json& j, const char* key, const std::string& where,
+                         const std::string& fallback);
+
 // Calls `each(component, type, where)` for `j`, or for each component of a Sequence in order
 // (nested Sequences flattened; `where` then names the element, "where.LIST[i]"). A component
 // without a string "type", or a Sequence without its LIST, throws naming `where`.

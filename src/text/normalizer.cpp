@@ -92,11 +92,6 @@ std::optional<NormalForm> form_named(const std::string& name) {
   return std::nullopt;
 }
 
-std::string string_field(const json& j, const char* key, const std::string& where) {
-  LOL_CHECK(j.contains(key) && j[key].is_string(), where, " needs a string \"", key, "\"");
-  return j[key].get<std::string>();
-}
-
 void read(const json& j, const std::string& type, const std::string& where,
           std::vector<Normalizer::Step>* steps) {
   Normalizer::Step step;

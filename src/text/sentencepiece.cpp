@@ -7,13 +7,6 @@
 namespace lol {
 namespace {
 
-std::string string_field(const json& j, const char* key, const std::string& where,
-                         const std::string& fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  LOL_CHECK(j[key].is_string(), where, ".", key, " must be a string");
-  return j[key].get<std::string>();
-}
-
 // One character (as UTF-8): the Metaspace replacement and Strip's content are chars in HF.
 std::string one_character(const json& j, const char* key, const std::string& where,
                           const std::string& fallback) {

@@ -88,7 +88,7 @@ void read_pre_tokenizer(const json& p, const std::string& type, const std::strin
   } else if (type == "Split") {
     const auto& pattern = field(p, "pattern", where);
     LOL_CHECK(!flag(p, "invert"), where, ": inverted Split is not supported");
-    const auto behavior = p.value("behavior", std::string("Isolated"));
+    const auto behavior = string_field(p, "behavior", where, "Isolated");
     LOL_CHECK(behavior == "Isolated", where, ": Split behavior \"", behavior,
               "\" is not supported (only \"Isolated\")");
     if (pattern.contains("Regex") && pattern["Regex"].is_string()) {
@@ -810,7 +810,8 @@ std::unique_ptr<SubwordTokenizer> SubwordTokenizer::from_json(const json& j,
   LOL_CHECK(j.is_object(), name, " is not a tokenizer.json object");
   Model m;
   const auto& model = field(j, "model", name);
-  const auto type = model.value("type", std::string("BPE"));
+  LOL_CHECK(model.is_object(), name, ": model is not an object");
+  const auto type = string_field(model, "type", name + ": model", "BPE");
   LOL_CHECK(type == "BPE" || type == "Unigram", name, ": model type \"", type,
             "\" is not supported (BPE, Unigram)");
   m.unigram = type == "Unigram";
