@@ -1068,6 +1068,13 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   j = good;
   j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", 1}};
   expect_error(j, ".behavior must be a string");
+  // A flag that is not true or false is refused, not read as false.
+  j = good;
+  j["model"]["ignore_merges"] = "yes";
+  expect_error(j, "t.json: model.ignore_merges must be true or false");
+  j = good;
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"use_regex", "false"}};
+  expect_error(j, "t.json: pre_tokenizer.use_regex must be true or false");
   // Sentencepiece-style files: what is not supported is named.
   const auto spm = sentencepiece_json("llama2");
   j = spm;

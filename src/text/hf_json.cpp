@@ -15,6 +15,12 @@ std::string string_field(const json& j, const char* key, const std::string& wher
   return j[key].get<std::string>();
 }
 
+bool bool_field(const json& j, const char* key, const std::string& where, bool fallback) {
+  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
+  LOL_CHECK(j[key].is_boolean(), where, ".", key, " must be true or false");
+  return j[key].get<bool>();
+}
+
 void for_each_component(
     const json& j, const std::string& where, const char* list,
     const std::function<void(const json&, const std::string&, const std::string&)>& each) {

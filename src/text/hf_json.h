@@ -14,6 +14,9 @@ namespace lol {
 std::string string_field(const json& j, const char* key, const std::string& where);
 std::string string_field(const json& j, const char* key, const std::string& where,
                          const std::string& fallback);
+// An optional boolean field: `fallback` when absent or null, an error naming `where` when it is
+// anything but true or false.
+bool bool_field(const json& j, const char* key, const std::string& where, bool fallback = false);
 
 // Calls `each(component, type, where)` for `j`, or for each component of a Sequence in order
 // (nested Sequences flattened; `where` then names the element, "where.LIST[i]"). A component

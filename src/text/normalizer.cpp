@@ -123,10 +123,8 @@ void read(const json& j, const std::string& type, const std::string& where,
     step.kind = Normalizer::Step::kLowercase;
   } else if (type == "Strip") {
     step.kind = Normalizer::Step::kStrip;
-    for (auto [key, to] : {std::pair{"strip_left", &step.left}, {"strip_right", &step.right}}) {
-      LOL_CHECK(!j.contains(key) || j[key].is_boolean(), where, ".", key, " must be true or false");
-      *to = j.value(key, true);
-    }
+    step.left = bool_field(j, "strip_left", where, true);
+    step.right = bool_field(j, "strip_right", where, true);
   } else if (const auto form = form_named(type)) {
     step.form = *form;
   } else {

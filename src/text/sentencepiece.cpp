@@ -65,13 +65,12 @@ Metaspace Metaspace::from_json(const json& j, const std::string& where) {
     } else {
       fail(where, ".prepend_scheme \"", s, "\" is not always, first or never");
     }
-  } else if (j.contains("add_prefix_space") && j["add_prefix_space"].is_boolean()) {
-    m.prepend = j["add_prefix_space"].get<bool>() ? PrependScheme::kAlways : PrependScheme::kNever;
+  } else {
+    m.prepend = bool_field(j, "add_prefix_space", where, m.prepend != PrependScheme::kNever)
+                    ? PrependScheme::kAlways
+                    : PrependScheme::kNever;
   }
-  if (j.contains("split") && !j["split"].is_null()) {
-    LOL_CHECK(j["split"].is_boolean(), where, ".split must be true or false");
-    m.split = j["split"].get<bool>();
-  }
+  m.split = bool_field(j, "split", where, m.split);
   return m;
 }
 

@@ -63,19 +63,14 @@ const json& field(const json& j, const char* key, const std::string& where) {
   return j[key];
 }
 
-bool flag(const json& j, const char* key, bool fallback = false) {
-  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
-  return j[key].is_boolean() && j[key].get<bool>();
-}
-
 // A pre_tokenizer entry into `model`: Split (Isolated, not inverted) and ByteLevel are the
 // pieces byte-level BPE tokenizers are made of, Metaspace the sentencepiece-style one.
 void read_pre_tokenizer(const json& p, const std::string& type, const std::string& where,
                         bool* byte_level_seen, SubwordTokenizer::Model* model) {
   if (type == "ByteLevel") {
     *byte_level_seen = true;
-    model->add_prefix_space = flag(p, "add_prefix_space");
-    if (flag(p, "use_regex", true)) model->patterns.push_back(kGpt2Pattern);
+    model->add_prefix_space = bool_field(p, "add_prefix_space", where);
+    if (bool_field(p, "use_regex", where, true)) model->patterns.push_back(kGpt2Pattern);
   } else if (type == "Metaspace") {
     LOL_CHECK(!model->metaspace, where, ": a second Metaspace pre-tokenizer");
     model->metaspace = Metaspace::from_json(p, where);
@@ -87,7 +82,7 @@ void read_pre_tokenizer(const json& p, const std::string& type, const std::strin
     model->whitespace_split = true;
   } else if (type == "Split") {
     const auto& pattern = field(p, "pattern", where);
-    LOL_CHECK(!flag(p, "invert"), where, ": inverted Split is not supported");
+    LOL_CHECK(!bool_field(p, "invert", where), where, ": inverted Split is not supported");
     const auto behavior = string_field(p, "behavior", where, "Isolated");
     LOL_CHECK(behavior == "Isolated", where, ": Split behavior \"", behavior,
               "\" is not supported (only \"Isolated\")");
@@ -212,9 +207,11 @@ void read_added_tokens(const json& j, const std::string& name, SubwordTokenizer:
     const auto i_id = id.get<int64_t>();
     if (i_id >= static_cast<int64_t>(m->tokens.size())) m->tokens.resize(i_id + 1);
     // HF's default: special tokens match the text as given, others the normalized text.
-    const bool special = flag(t, "special");
-    m->added.push_back({i_id, content.get<std::string>(), special, flag(t, "normalized", !special),
-                        flag(t, "lstrip"), flag(t, "rstrip"), flag(t, "single_word")});
+    const bool special = bool_field(t, "special", where);
+    m->added.push_back({i_id, content.get<std::string>(), special,
+                        bool_field(t, "normalized", where, !special),
+                        bool_field(t, "lstrip", where), bool_field(t, "rstrip", where),
+                        bool_field(t, "single_word", where)});
     // An added token that is also in the vocabulary keeps its text there.
   }
 }
@@ -819,7 +816,7 @@ std::unique_ptr<SubwordTokenizer> SubwordTokenizer::from_json(const json& j,
     LOL_CHECK(!model.contains(unsupported) || model[unsupported].is_null() ||
                   (model[unsupported].is_string() && model[unsupported].get<std::string>().empty()),
               name, ": model.", unsupported, " is not supported");
-  m.ignore_merges = flag(model, "ignore_merges");
+  m.ignore_merges = bool_field(model, "ignore_merges", name + ": model");
   if (j.contains("normalizer"))
     m.normalizer = Normalizer::from_json(j["normalizer"], name + ": normalizer");
 
@@ -836,10 +833,10 @@ std::unique_ptr<SubwordTokenizer> SubwordTokenizer::from_json(const json& j,
             ": a Unigram model with a ByteLevel pre-tokenizer is not supported");
   LOL_CHECK(!byte_level_seen || !m.metaspace, name,
             ": pre_tokenizer has both ByteLevel and Metaspace");
-  m.byte_fallback = flag(model, "byte_fallback");
+  m.byte_fallback = bool_field(model, "byte_fallback", name + ": model");
   LOL_CHECK(!byte_level_seen || !m.byte_fallback, name,
             ": model.byte_fallback with a ByteLevel pre-tokenizer (bytes need no fallback)");
-  m.fuse_unk = flag(model, "fuse_unk");
+  m.fuse_unk = bool_field(model, "fuse_unk", name + ": model");
   if (!byte_level_seen && j.contains("decoder"))
     m.decoder = TokenDecoder::from_json(j["decoder"], name + ": decoder");
 
