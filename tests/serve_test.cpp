@@ -435,6 +435,7 @@ TEST(ServeHttp, MalformedRequestCorpusGets4xx) {
         json::array({{{"role", "user"}, {"content", 1}}}),
         json::array({{{"role", "assistant"}, {"content", prompt}}}),
         json::array({{{"role", "user"}, {"content", json::array({{{"type", "image"}}})}}}),
+        json::array({{{"role", "user"}, {"content", json::array({{{"type", 5}, {"text", "x"}}})}}}),
         json::array({{{"role", "user"}, {"content", ""}}})})
     post("/v1/chat/completions", json{{"messages", messages}}.dump());
   for (const json& b : {json::object(), json{{"prompt", 1}}, json{{"prompt", "Q : nowhere"}},

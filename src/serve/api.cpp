@@ -144,8 +144,9 @@ std::vector<int64_t> parse_messages(const json& body, const ServedModel& model) 
     text = content->get<std::string>();
   } else if (content && content->is_array()) {
     for (const auto& part : *content) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-          !part["text"].is_string())
+      // A JSON comparison, not value("type", ""): that throws on a "type" that is no string.
+      if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+          !part.contains("text") || !part["text"].is_string())
         bad("messages", "content parts must be {\"type\": \"text\", \"text\": ...}");
       text += part["text"].get<std::string>();
     }
