@@ -25,8 +25,12 @@ mkdir -p "$work/corpus" "$work/merged"
 tar -xf "$corpus" -C "$work/corpus"
 max_len=4096
 case "$target" in safetensors | routes | tokenizer) max_len=16384 ;; esac
+# A dictionary of the format's keys and words, where there is one, helps mutations reach fields.
+dict=()
+[ -f "fuzz/dict/$target.dict" ] && dict=(-dict="fuzz/dict/$target.dict")
 "build/fuzz/fuzz/fuzz_$target" "$work/corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=3072 \
-  -max_len="$max_len" -print_final_stats=1 -artifact_prefix="$work/" "$@" 2>&1 | tee "$work/fuzz.log" |
+  -max_len="$max_len" -print_final_stats=1 -artifact_prefix="$work/" "${dict[@]}" "$@" 2>&1 |
+  tee "$work/fuzz.log" |
   grep -E "^#[0-9]+.*(pulse|DONE)|stat::|ERROR|SUMMARY" || true
 # Minimise: the smallest set of inputs with the coverage of all, packed reproducibly.
 rm -rf "$work/merged" && mkdir -p "$work/merged"
