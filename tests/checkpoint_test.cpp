@@ -2,6 +2,8 @@
 #include <fstream>
 
 #include "helpers.h"
+#include "train/precision.h"
+#include "train/trainer.h"
 #include "util/files.h"
 
 namespace lol {
@@ -239,6 +241,35 @@ TEST(Config, ValidationNamesTheFieldAndOverridesApply) {
   EXPECT_EQ(message("novalue"), "override must look like key=value, got 'novalue'");
   // JSON round trip.
   EXPECT_EQ(ModelConfig::from_json(c.to_json()).to_json(), c.to_json());
+}
+
+// The fuzzer's dictionary (fuzz/dict/config.dict) names every field and enumeration word the
+// config readers accept, so a field added to a table without the dictionary fails here.
+bool in_dictionary(const std::string& dict, const std::string& word) {
+  return dict.find("\"\\\"" + word + "\\\"\"\n") != std::string::npos;  // the entry "\"word\""
+}
+
+template <typename E>
+void expect_words_in_dictionary(const std::string& dict) {
+  for (const auto& [value, name] : enum_names<E>())
+    EXPECT_TRUE(in_dictionary(dict, name)) << name << " is not in fuzz/dict/config.dict";
+}
+
+TEST(Config, FuzzDictionaryListsEveryFieldAndWord) {
+  const std::string dict = read_text_file(std::string(LOL_FUZZ_DICT_DIR) + "/config.dict");
+  for (const auto& f : ModelConfig::fields()) EXPECT_TRUE(in_dictionary(dict, f.name)) << f.name;
+  for (const auto& f : TrainConfig::fields()) EXPECT_TRUE(in_dictionary(dict, f.name)) << f.name;
+  const json state = TrainState{}.to_json();
+  for (const auto& key : state.items()) EXPECT_TRUE(in_dictionary(dict, key.key())) << key.key();
+  expect_words_in_dictionary<Family>(dict);
+  expect_words_in_dictionary<CoreAttention>(dict);
+  expect_words_in_dictionary<BalanceCount>(dict);
+  expect_words_in_dictionary<Optimizer>(dict);
+  expect_words_in_dictionary<Schedule>(dict);
+  expect_words_in_dictionary<GrowShape>(dict);
+  expect_words_in_dictionary<Precision>(dict);
+  EXPECT_FALSE(in_dictionary(dict, "no_such_field"));
+  EXPECT_FALSE(in_dictionary(dict, "famil"));  // whole entries, not prefixes
 }
 
 TEST(Config, ShippedPresetsLoadAndBuild) {
