@@ -15,6 +15,7 @@ packages=(
   groff-base python3      # the built-in text corpus: man pages rendered, text extracted
   libgtest-dev libgmock-dev  # test suite
   clang-format            # the format check of scripts/test.sh (.clang-format)
+  clang-14                # scripts/clang_check.sh: every source through a second compiler
   libcpp-httplib-dev      # HTTP server of `lol serve` (shared library; flags from pkg-config)
   libgloo-dev             # Gloo headers that LibTorch's c10d ProcessGroupGloo.hpp includes
   curl                    # the server tests drive it with curl
