@@ -11,6 +11,8 @@ cd "$(dirname "$0")/.."
 command -v clang++-14 >/dev/null ||
   { echo "clang_check: needs clang-14 (bash scripts/setup.sh installs it)"; exit 1; }
 jobs=${1:-$(nproc)}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] ||
+  { echo "clang_check: JOBS must be a whole number > 0, got '$jobs'"; exit 1; }
 cmake --preset clang >/dev/null
 cmake --build --preset clang --target lol_git_commit >/dev/null  # the generated header
 python3 - build/clang/compile_commands.json "$jobs" <<'EOF'
