@@ -11,6 +11,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "model/packed_gemm.h"
+#include "util/cpu_clones.h"
 #include "util/runtime.h"
 #include "util/version.h"
 
@@ -167,6 +169,8 @@ json machine_fields(torch::Device device) {
           {"torch_threads", info.torch_threads},
           {"kernel_threads", info.kernel_threads},
           {"blas_threads", info.blas_threads},
+          {"kernel_clone", cpu_clone()},
+          {"packed_gemm_columns", panel_width_supported()},
           {"device", device.str()}};
 }
 
@@ -175,7 +179,11 @@ std::string machine_lines(torch::Device device) {
   std::ostringstream out;
   out << "commit " << git_commit() << " | cpu: " << cpu_model() << " | BLAS: " << info.blas
       << "\nthreads: torch " << info.torch_threads << ", kernels " << info.kernel_threads
-      << ", BLAS " << info.blas_threads << " | device " << device.str();
+      << ", BLAS " << info.blas_threads << " | CPU code: " << cpu_clone() << " clones, "
+      << (panel_width_supported() > 0
+              ? "packed GEMM " + std::to_string(panel_width_supported()) + " columns"
+              : std::string("no packed GEMM"))
+      << " | device " << device.str();
   return out.str();
 }
 

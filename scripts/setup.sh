@@ -16,6 +16,7 @@ packages=(
   libgtest-dev libgmock-dev  # test suite
   clang-format            # the format check of scripts/test.sh (.clang-format)
   clang-14                # scripts/clang_check.sh: every source through a second compiler
+  qemu-user               # tests/isa_test.sh: the kernels on emulated AVX2 and baseline CPUs
   libcpp-httplib-dev      # HTTP server of `lol serve` (shared library; flags from pkg-config)
   libgloo-dev             # Gloo headers that LibTorch's c10d ProcessGroupGloo.hpp includes
   curl                    # the server tests drive it with curl

@@ -4,8 +4,12 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <set>
+#include <sstream>
+#include <string>
 
+#include "util/cpu_clones.h"
 #include "util/tensor.h"
 
 namespace lol {
@@ -48,6 +52,30 @@ TEST(Runtime, ZerosInHugePagesAreZerosOfTheShapeAsked) {
   auto ints = zeros_in_huge_pages({1 << 20}, options.dtype(torch::kInt64));  // 8 MB
   EXPECT_EQ(ints.scalar_type(), torch::kInt64);
   EXPECT_EQ(ints.count_nonzero().item<int64_t>(), 0);
+}
+
+// The kernels' clone is the one the loader's resolver picked, read back from it. On x86-64 Linux
+// the probe finds it (a compiler that renamed its clones would make it "unknown"), a CPU with
+// AVX2 and FMA never runs the baseline, and scripts/isa_check.sh, which runs this test on
+// emulated CPUs, names in LOL_EXPECT_CPU_CLONE the clones (one per compiler, | between) the
+// emulated CPU must get.
+TEST(Runtime, ReportsTheCloneTheLoaderPicked) {
+  const std::string clone = cpu_clone();
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+  EXPECT_NE(clone, "unknown");
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_NE(clone, "x86-64");
+    EXPECT_NE(clone, "default");
+  }
+  if (const char* expected = std::getenv("LOL_EXPECT_CPU_CLONE")) {
+    std::istringstream names(expected);
+    bool listed = false;
+    for (std::string name; std::getline(names, name, '|');) listed = listed || name == clone;
+    EXPECT_TRUE(listed) << "runs the " << clone << " clone, expected " << expected;
+  }
+#else
+  EXPECT_EQ(clone, "none");
+#endif
 }
 
 }  // namespace lol

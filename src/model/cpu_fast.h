@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/row_slices.h"
+#include "util/cpu_clones.h"
 
 namespace lol {
 
@@ -40,20 +41,6 @@ LOL_ALWAYS_INLINE float dot(const float* a, const float* b, int64_t n) {
   for (; i < n; ++i) total += a[i] * b[i];
   return total;
 }
-
-// Hot loops compiled also for AVX2+FMA and AVX-512, picked at load time by the CPU they run on
-// (GCC/Clang function multiversioning); the baseline build targets x86-64 without them. Each
-// clone is one string naming one target: GCC reads "avx2,fma" as two clones (AVX2 without FMA,
-// which an AVX2 machine then ran, and FMA), so GCC gets the x86-64 levels v4 (AVX-512) and v3
-// (AVX2, FMA). Clang 14 compiles arch=x86-64-vN clones but its resolver never picks them (it ran
-// the baseline on an AVX-512 machine), so clang gets avx512f and fma (which implies AVX).
-#if defined(__x86_64__) && defined(__linux__) && defined(__clang__)
-#define LOL_CPU_CLONES __attribute__((target_clones("avx512f", "fma", "default")))
-#elif defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
-#define LOL_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define LOL_CPU_CLONES
-#endif
 
 // e^x without calls or branches, so that loops over it vectorise (std::exp does not): 2^n e^r,
 // n = round(x / ln 2), r = x - n ln 2 (|r| <= ln 2 / 2, ln 2 in two parts) and e^r by its Taylor

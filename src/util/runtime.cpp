@@ -48,7 +48,9 @@ RuntimeInfo runtime_info() {
   info.kernel_threads = 1;
 #endif
   if (auto get_config = find_symbol<GetConfigFn>("openblas_get_config")) {
-    info.blas = std::string("OpenBLAS ") + get_config();
+    // The configuration string names the library itself ("OpenBLAS 0.3.21 ...") from 0.3.x on.
+    const std::string config = get_config();
+    info.blas = config.rfind("OpenBLAS", 0) == 0 ? config : "OpenBLAS " + config;
   } else if (at::hasMKL()) {
     info.blas = "MKL (linked into LibTorch)";
   } else if (find_symbol<void*>("cblas_sgemm") != nullptr) {
