@@ -237,8 +237,8 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   cmd->add_option("--train-set", o->train_overrides,
                   "override a training config key: --train-set lr=1e-3");
   cmd->add_option("--data", o->data,
-                  "task:NAME, corpus:DIR (lol corpus build) or a token shard path (training "
-                  "config 'data')");
+                  "task:NAME, corpus:DIR (lol corpus build), a token shard path, or a mixture "
+                  "mix:W*SPEC,W*SPEC,... (training config 'data'; docs/training.md)");
   cmd->add_option("--steps", o->steps, "optimizer steps (training config 'steps')");
   cmd->add_option("--seed", o->seed, "initialisation, data and noise seed");
   cmd->add_option("--out", o->out, "run directory for a new run");

@@ -1,7 +1,9 @@
 #include "tasks/task.h"
 
+#include <optional>
 #include <sstream>
 
+#include "data/mixture.h"
 #include "util/error.h"
 
 namespace lol::tasks {
@@ -190,6 +192,16 @@ Parsed parse_sequence(Kind kind, const Tokens& t, const std::string& where) {
 }
 
 bool parse_task_data(const std::string& spec, TaskData* out) {
+  if (is_mixture(spec)) {  // one task throughout: that task, at its largest maze size
+    std::optional<TaskData> mixed;
+    for (const auto& part : parse_mixture(spec)) {
+      TaskData data;
+      if (!parse_task_data(part.spec, &data) || (mixed && mixed->kind != data.kind)) return false;
+      if (!mixed || data.maze_size > mixed->maze_size) mixed = data;
+    }
+    *out = *mixed;
+    return true;
+  }
   if (spec.rfind("task:", 0) != 0) return false;
   std::string name = spec.substr(5);
   TaskData data;

@@ -90,7 +90,8 @@ class TaskSource : public DocumentSource {
   mutable maze::Maze cached_maze_;
 };
 
-// "task:sudoku", "task:maze" or "task:maze:N" -> kind and maze size; false for other specs.
+// "task:sudoku", "task:maze" or "task:maze:N" -> kind and maze size; a mixture of one task
+// (mix:task:maze:4,task:maze:5) -> that task and its largest maze size; false for other specs.
 struct TaskData {
   Kind kind = Kind::kMaze;
   int maze_size = 8;

@@ -32,7 +32,7 @@ const std::vector<std::pair<GrowShape, const char*>>& enum_names<GrowShape>() {
 const std::vector<Field<TrainConfig>>& TrainConfig::fields() {
   using C = TrainConfig;
   static const std::vector<Field<C>> table = {
-      field("data", &C::data, "task:NAME, corpus:DIR or shard path"),
+      field("data", &C::data, "task:NAME, corpus:DIR, shard path or mix:W*SPEC,..."),
       field("eval_data", &C::eval_data, "held-out shard path"),
       field("steps", &C::steps, "optimizer steps"),
       field("batch_rows", &C::batch_rows, "rows per micro-batch"),

@@ -88,9 +88,8 @@ Trainer::Trainer(LanguageModel model, TrainConfig config, std::string run_dir, t
     make_directories(run_dir_);
     write_file_atomic(run_dir_ + "/train_config.json", config_.to_json().dump(2) + "\n");
     // A text corpus's tokenizer goes with the run, so that its checkpoints read and write text.
-    if (config_.data.rfind("corpus:", 0) == 0)
-      write_file_atomic(run_dir_ + "/tokenizer.json",
-                        read_text_file(config_.data.substr(7) + "/tokenizer.json"));
+    if (const auto tokenizer = data_tokenizer_file(config_.data))
+      write_file_atomic(run_dir_ + "/tokenizer.json", read_text_file(*tokenizer));
   }
 }
 
