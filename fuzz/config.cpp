@@ -1,8 +1,13 @@
-// config.json, train_config.json / train_state.json and `--set key=value`: a valid config or
-// one error; what is accepted survives a JSON round trip, and its derived counts (parameters,
-// FLOPs, cache bytes) are computed without overflow (UBSan would report it).
+// config.json, train_config.json / train_state.json, `--set key=value` and a `mix:` data spec: a
+// valid config or one error; what is accepted survives a JSON round trip, and its derived counts
+// (parameters, FLOPs, cache bytes) are computed without overflow (UBSan would report it).
 #include "model/config.h"
 
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "data/mixture.h"
 #include "fuzz_target.h"
 #include "model/stats.h"
 #include "tasks/copy_task.h"
@@ -39,7 +44,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       StrategyTask source(0, 0);
       source.seek(state.data_position);
     });
+    fuzz::guarded([&] {  // the same position as a mixture's of two parts
+      std::vector<std::unique_ptr<DocumentSource>> parts;
+      parts.push_back(std::make_unique<StrategyTask>(0, 0));
+      parts.push_back(std::make_unique<StrategyTask>(1, 0));
+      MixtureSource mixture({1.0, 2.0}, std::move(parts));
+      mixture.seek(TrainState::from_json(object).data_position);
+      (void)mixture.next();
+    });
   }
+  // The same bytes as the parts of a mixture data spec: every accepted part has a positive
+  // weight and names data that is not a mixture.
+  fuzz::guarded([&] {
+    for (const auto& part : parse_mixture(kMixturePrefix + text))
+      lol::fuzz::expect(std::isfinite(part.weight) && part.weight > 0 && !part.spec.empty() &&
+                            !is_mixture(part.spec),
+                        "mixture parts");
+  });
   // The same bytes as one --set override on the defaults.
   fuzz::guarded([&] {
     ModelConfig c;
