@@ -108,6 +108,16 @@ expect_ok "resume after SIGINT" "$lol" train --resume "$dir/interrupted"
 losses() { grep -o '"loss":[^,]*' "$1/metrics.jsonl"; }
 [ "$(losses "$dir/straight" | wc -l)" -eq 24 ] && [ "$(losses "$dir/straight")" = "$(losses "$dir/interrupted")" ] &&
   pass "losses after SIGINT + resume equal the uninterrupted run" || failed "losses after SIGINT + resume differ"
+# The seed in train_config.json is the run's whole seed (initialisation too): --seed 5 and
+# --train-set seed=5 are the same run, so a run is reproduced from its train_config.json.
+seed_run=(--preset tiny --set vocab_size=160 --data task:maze:5 --steps 2 --train-set seq_len=128
+          --train-set eval_every=0)
+"$lol" train "${seed_run[@]}" --seed 5 --out "$dir/seed_flag" >/dev/null 2>&1
+"$lol" train "${seed_run[@]}" --train-set seed=5 --out "$dir/seed_config" >/dev/null 2>&1
+cmp -s "$dir/seed_flag/checkpoints/step_00000002/model.safetensors" \
+       "$dir/seed_config/checkpoints/step_00000002/model.safetensors" &&
+  pass "--seed 5 and --train-set seed=5 train the same model" ||
+  failed "--seed 5 and --train-set seed=5 trained different models"
 expect_error "train over a run" "already holds a run" "$lol" train --preset tiny --steps 2 --out "$dir/run"
 expect_error "train bad setting" "optimizer must be one of muon, adamw; got .sgd." "$lol" train --preset tiny --train-set optimizer=sgd --out "$dir/run2"
 expect_error "overwrite with a bad setting" "lr must be a finite number > 0, got 0" "$lol" train --preset tiny --train-set lr=0 --overwrite --out "$dir/run"

@@ -240,7 +240,8 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
                   "task:NAME, corpus:DIR (lol corpus build), a token shard path, or a mixture "
                   "mix:W*SPEC,W*SPEC,... (training config 'data'; docs/training.md)");
   cmd->add_option("--steps", o->steps, "optimizer steps (training config 'steps')");
-  cmd->add_option("--seed", o->seed, "initialisation, data and noise seed");
+  cmd->add_option("--seed", o->seed,
+                  "initialisation, data and noise seed (training config 'seed')");
   cmd->add_option("--out", o->out, "run directory for a new run");
   cmd->add_option("--resume", o->resume, "run directory to continue from its latest checkpoint");
   cmd->add_flag("--overwrite", o->overwrite, "start over in a run directory that holds a run");
@@ -312,7 +313,9 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       // Only now, with every setting checked, may an old run be replaced.
       if (o->overwrite && main_rank) remove_tree(o->out);
       LanguageModel model(config);
-      model->initialize(o->seed);
+      // The training config's seed (--seed, or a --train-set / config file override) seeds the
+      // initialisation too, so train_config.json reproduces the whole run.
+      model->initialize(tc.seed);
       trainer = std::make_unique<Trainer>(model, tc, o->out, device, dist);
     }
     const auto& tc = trainer->config();

@@ -58,7 +58,7 @@ const std::vector<Field<TrainConfig>>& TrainConfig::fields() {
       field("log_every", &C::log_every, "steps between log lines"),
       field("checkpoint_every", &C::checkpoint_every, "steps between checkpoints"),
       field("keep_checkpoints", &C::keep_checkpoints, "checkpoints kept"),
-      field("seed", &C::seed, "data and noise seed"),
+      field("seed", &C::seed, "initialisation, data and noise seed"),
       field("bucket_mb", &C::bucket_mb, "data parallel: all-reduce bucket size in MiB"),
       field("precision", &C::precision, "auto is bf16 autocast on CUDA, fp32 elsewhere"),
   };

@@ -43,7 +43,7 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t checkpoint_every = 100;  // steps between checkpoints (0 = only at the end)
   int64_t keep_checkpoints = 2;
-  uint64_t seed = 0;
+  uint64_t seed = 0;     // initialisation, data and router noise
   double bucket_mb = 8;  // data parallel: gradient all-reduce bucket size (MiB)
   Precision precision =
       Precision::kAuto;  // auto (bf16 autocast on CUDA, fp32 elsewhere) | fp32 | bf16
