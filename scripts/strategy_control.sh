@@ -15,6 +15,11 @@
 #     STEPS overrides the profile's step count.
 # Environment: LOL (binary), STRATEGY_TRAIN_SET (extra --train-set overrides, key=value separated
 # by spaces) and STRATEGY_SET (extra --set overrides) to try the levers (docs/experiments.md);
+# STRATEGY_MAZE_SIZE (maze profiles: the maze side trained on and evaluated, the profile's
+# otherwise), STRATEGY_DATA (the training data spec instead of that size's task stream, e.g. a
+# `mix:` of sizes; curves, mode paths and evaluations stay on STRATEGY_MAZE_SIZE), STRATEGY_SIZES
+# (maze profiles: other maze sides, separated by spaces, on which the last model is also
+# evaluated, with the descriptor and with the mode paths of the evaluated size forced);
 # STRATEGY_DRY_RUN=1 only writes the run's config.json and train_config.json into OUT_DIR/run
 # (`lol train --dry-run`; tests/shipped_model_test.sh compares them with the shipped model's).
 # Stages whose output exists are skipped and an interrupted run resumes, so rerunning continues.
@@ -73,6 +78,18 @@ case "$profile" in
   *) echo "strategy_control.sh: PROFILE must be maze-cpu, maze-gpu, maze-toy, sudoku-cpu or sudoku-toy, got '$profile'" >&2
      exit 2 ;;
 esac
+other_sizes=(${STRATEGY_SIZES:-})
+[ -n "${STRATEGY_MAZE_SIZE:-}" ] && other_sizes=("$STRATEGY_MAZE_SIZE" "${other_sizes[@]}")
+if [ -n "${STRATEGY_SIZES:-}${STRATEGY_MAZE_SIZE:-}" ]; then
+  [ "$task" = maze ] || { echo "strategy_control.sh: STRATEGY_SIZES and STRATEGY_MAZE_SIZE are for maze profiles, not $profile" >&2; exit 2; }
+  for n in "${other_sizes[@]}"; do
+    [[ "$n" =~ ^[0-9]+$ ]] || { echo "strategy_control.sh: STRATEGY_SIZES and STRATEGY_MAZE_SIZE must be maze sides (numbers), got '$n'" >&2; exit 2; }
+  done
+fi
+if [ -n "${STRATEGY_MAZE_SIZE:-}" ]; then
+  size=$STRATEGY_MAZE_SIZE
+  other_sizes=("${other_sizes[@]:1}")
+fi
 for s in ${STRATEGY_SET:-}; do model+=(--set "$s"); done
 for s in ${STRATEGY_TRAIN_SET:-}; do train+=(--train-set "$s"); done
 # What the stages say and pass for the task: the data stream, the maze side, the names.
@@ -81,6 +98,7 @@ if [ "$task" = maze ]; then
 else
   data="task:sudoku" size_arg=() title=Sudoku puzzles=puzzles shape="9 x 9 sudoku"
 fi
+data=${STRATEGY_DATA:-$data}
 mkdir -p "$out"
 run="$out/run"
 
@@ -92,7 +110,7 @@ if [ -n "${STRATEGY_DRY_RUN:-}" ]; then
   exit 0
 fi
 if [ ! -f "$out/trained" ]; then
-  echo "== train ($profile: $shape, $steps steps)"
+  echo "== train ($profile: $data, $steps steps)"
   par=()
   [ "$nproc" -gt 1 ] && par=(--nproc "$nproc")
   if [ -f "$run/train_config.json" ]; then
@@ -132,6 +150,20 @@ if [ ! -f "$out/eval.json" ]; then
     --interventions descriptor,filler,full,id,gate,permute,random,depths --depth-width 1 \
     --samples "$out/samples.jsonl" --json "$out/eval.json" >"$out/eval.txt"
 fi
+# 3b. Other maze sizes (STRATEGY_SIZES): the last model on n x n mazes, with the descriptor and
+#     with the mode paths of stage 3 (both rules) forced on the filler.
+for n in "${other_sizes[@]}"; do
+  if [ ! -f "$out/size-$n/eval.json" ]; then
+    echo "== $n x $n mazes ($count per strategy)"
+    mkdir -p "$out/size-$n"
+    "$lol" "${device[@]}" path eval --model "$run" --task maze --size "$n" \
+      --paths "$out/paths-routed" --count "$count" --seed 1 --interventions full \
+      --json "$out/size-$n/eval-routed.json" >"$out/size-$n/eval-routed.txt"
+    "$lol" "${device[@]}" path eval --model "$run" --task maze --size "$n" \
+      --paths "$out/paths" --count "$count" --seed 1 --interventions descriptor,filler,full \
+      --json "$out/size-$n/eval.json" >"$out/size-$n/eval.txt"
+  fi
+done
 "$lol" report "$out/routes.jsonl" --eval "$out/eval.json" \
   --title "$title strategy control ($profile recipe)" --out "$out/report.html" >/dev/null
 
@@ -139,6 +171,7 @@ fi
 {
   echo "# $title strategy control ($profile recipe, $shape)"
   echo
+  [ -n "${STRATEGY_DATA:-}" ] && { echo "Trained on \`$data\`; evaluated on $shape."; echo; }
   echo "## Along training (descriptor, and forced mode paths with the filler)"
   cat "$out/curve.md"
   echo
@@ -152,6 +185,14 @@ fi
   cat "$out/paths-routed.txt"
   echo
   cat "$out/eval-routed.txt"
+  for n in "${other_sizes[@]}"; do
+    echo
+    echo "## $n x $n mazes: the descriptor, and the $shape mode paths forced ($count per strategy)"
+    cat "$out/size-$n/eval.txt"
+    echo
+    echo "By the routed rule:"
+    cat "$out/size-$n/eval-routed.txt"
+  done
 } >"$out/summary.md"
 cat "$out/summary.md"
 echo "strategy_control.sh: $out/summary.md, $out/curve.html, $out/report.html"

@@ -141,6 +141,7 @@ targets=$(sed 's/.* \] //' "$dir/maze4.txt" | wc -w)
 grep -q "\"tokens\": *$targets\b" "$dir/run/eval.json" && pass "eval scores a task's targets after the prompt ($targets)" ||
   failed "eval of a task shard: $targets targets expected, $(grep -o '"tokens": *[0-9]*' "$dir/run/eval.json" | head -1)"
 expect_error "eval of a task stream" "lol data maze --size 5 --format shards" "$lol" eval --model "$dir/run" --data task:maze:5
+expect_error "eval of a mixture" "evaluate its parts one at a time (task:maze:5, $dir/maze4.shard)" "$lol" eval --model "$dir/run" --data "mix:2*task:maze:5,$dir/maze4.shard"
 expect_ok "compare" "$lol" compare "$dir/run" "$dir/run3" --out "$dir/compare.html" --json-out "$dir/compare.json"
 [ "$(grep -c '^| run3\? | lol L=4 |' "$dir/out")" -eq 2 ] && grep -q '| metrics |$' "$dir/out" && grep -q '| eval.json |$' "$dir/out" &&
   [ "$(grep -c '<svg' "$dir/compare.html")" -eq 3 ] && grep -q '<polyline' "$dir/compare.html" &&

@@ -33,6 +33,37 @@ if grep -q "^== " "$tmp/second.txt"; then cat "$tmp/second.txt"; fail "the rerun
 cmp -s "$tmp/ms/summary.md" <(sed -n '/^# Maze/,/^strategy_control.sh:/p' "$tmp/second.txt" | sed '$d') ||
   fail "the rerun's summary differs"
 
+# Other maze sizes on the finished run: only the new stage runs, and the summary gains its section
+# (the descriptor and the 5 x 5 mode paths forced, on 4 x 4 mazes).
+STRATEGY_SIZES=4 LOL=$lol bash "$root/scripts/strategy_control.sh" "$tmp/ms" maze-toy >"$tmp/sizes.txt" 2>&1 ||
+  { cat "$tmp/sizes.txt"; fail "the run with STRATEGY_SIZES=4 failed"; }
+[ "$(grep "^== " "$tmp/sizes.txt")" = "== 4 x 4 mazes (2 per strategy)" ] ||
+  { cat "$tmp/sizes.txt"; fail "STRATEGY_SIZES=4 did not run exactly the other-size stage"; }
+for f in size-4/eval.json size-4/eval-routed.json; do
+  [ -e "$tmp/ms/$f" ] || fail "missing $f"
+done
+for s in "## 4 x 4 mazes: the descriptor, and the 5 x 5 mazes mode paths forced" \
+         "By the routed rule:"; do
+  grep -qF -- "$s" "$tmp/ms/summary.md" || fail "summary.md lacks '$s'"
+done
+for c in descriptor filler full; do
+  grep -q "\"condition\": \"$c\"" "$tmp/ms/size-4/eval.json" || fail "size-4/eval.json has no $c result"
+done
+for bad in "4 x" "four"; do
+  if STRATEGY_SIZES=$bad LOL=$lol bash "$root/scripts/strategy_control.sh" "$tmp/ms" maze-toy 2>"$tmp/err.txt" >/dev/null; then
+    fail "STRATEGY_SIZES='$bad' was accepted"
+  fi
+  grep -q "must be maze sides (numbers), got" "$tmp/err.txt" || fail "no clear error for STRATEGY_SIZES='$bad'"
+done
+
+# STRATEGY_DATA trains on another data spec (a mixture of sizes), written into the run's training
+# configuration; a dry run trains nothing.
+STRATEGY_DRY_RUN=1 STRATEGY_MAZE_SIZE=4 STRATEGY_DATA="mix:task:maze:4,task:maze:5" LOL=$lol \
+  bash "$root/scripts/strategy_control.sh" "$tmp/mix" maze-toy >"$tmp/mix.txt" 2>&1 ||
+  { cat "$tmp/mix.txt"; fail "the dry run with STRATEGY_DATA failed"; }
+grep -q '"data": *"mix:task:maze:4,task:maze:5"' "$tmp/mix/run/train_config.json" ||
+  fail "STRATEGY_DATA is not the run's data: $(grep '"data"' "$tmp/mix/run/train_config.json")"
+
 # Sudoku: the same stages on 9 x 9 puzzles (no maze side passed); a step is 2 micro-batches of
 # 1 x 512 tokens, the context 512 tokens, so most held-out sequences (360 to thousands of
 # tokens) are routed on their first 512.
@@ -50,6 +81,10 @@ done
 grep -qE "^route: [1-5] of 5 sequences were longer than the model's max_seq_len of 512 tokens" \
   "$tmp/sudoku.txt" || fail "sudoku: lol route did not say which sequences it cut"
 
+if STRATEGY_SIZES=4 LOL=$lol bash "$root/scripts/strategy_control.sh" "$tmp/x" sudoku-toy 2>"$tmp/err.txt"; then
+  fail "STRATEGY_SIZES was accepted for sudoku"
+fi
+grep -q "STRATEGY_SIZES and STRATEGY_MAZE_SIZE are for maze profiles" "$tmp/err.txt" || fail "no clear error for STRATEGY_SIZES on sudoku"
 if LOL=$lol bash "$root/scripts/strategy_control.sh" "$tmp/x" nope 2>"$tmp/err.txt"; then
   fail "an unknown profile was accepted"
 fi

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "commands.h"
+#include "data/mixture.h"
 #include "data/shards.h"
 #include "infer/generate.h"
 #include "model/checkpoint.h"
@@ -49,6 +50,15 @@ void add_eval_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
       fail("--data ", o->data, ": lol eval reads a corpus:DIR or a shard file; `lol data ", name,
            name == task ? "" : " --size " + task.substr(name.size() + 1),
            " --format shards --out FILE` writes a task's held-out set");
+    }
+    // A mixture's parts differ in what a figure means (text against a task, one corpus's labels
+    // against another's), so each part is evaluated by itself.
+    if (is_mixture(o->data)) {
+      std::string parts;
+      for (const auto& part : parse_mixture(o->data))
+        parts += (parts.empty() ? "" : ", ") + part.spec;
+      fail("--data ", o->data, ": lol eval reads one corpus:DIR or shard file, not a mixture; ",
+           "evaluate its parts one at a time (", parts, ")");
     }
     const auto device = selected_device();
     auto model = load_model(o->model, device);

@@ -1,5 +1,6 @@
 #include "data/mixture.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <set>
