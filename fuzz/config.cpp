@@ -48,18 +48,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::vector<std::unique_ptr<DocumentSource>> parts;
       parts.push_back(std::make_unique<StrategyTask>(0, 0));
       parts.push_back(std::make_unique<StrategyTask>(1, 0));
-      MixtureSource mixture({1.0, 2.0}, std::move(parts));
+      MixtureSource mixture({WeightSchedule(1.0), WeightSchedule::parse("2..1@64")},
+                            std::move(parts));
       mixture.seek(TrainState::from_json(object).data_position);
       (void)mixture.next();
     });
   }
-  // The same bytes as the parts of a mixture data spec: every accepted part has a positive
-  // weight and names data that is not a mixture.
+  // The same bytes as the parts of a mixture data spec: every accepted part has finite weights
+  // >= 0 at points in order and names data that is not a mixture, and the weights never all
+  // vanish; the parts then deal as a mixture.
   fuzz::guarded([&] {
-    for (const auto& part : parse_mixture(kMixturePrefix + text))
-      lol::fuzz::expect(std::isfinite(part.weight) && part.weight > 0 && !part.spec.empty() &&
-                            !is_mixture(part.spec),
-                        "mixture parts");
+    const auto parts = parse_mixture(kMixturePrefix + text);
+    std::vector<WeightSchedule> weights;
+    std::vector<std::unique_ptr<DocumentSource>> sources;
+    for (const auto& part : parts) {
+      double tokens = 0;
+      for (const auto& [t, w] : part.weight.points()) {
+        lol::fuzz::expect(std::isfinite(t) && t >= tokens && std::isfinite(w) && w >= 0,
+                          "mixture weight schedule");
+        tokens = t;
+      }
+      lol::fuzz::expect(!part.spec.empty() && !is_mixture(part.spec), "mixture parts");
+      weights.push_back(part.weight);
+      sources.push_back(std::make_unique<StrategyTask>(1, 0));
+    }
+    MixtureSource mixture(std::move(weights), std::move(sources));
+    for (int i = 0; i < 4; ++i) (void)mixture.next();
   });
   // The same bytes as one --set override on the defaults.
   fuzz::guarded([&] {

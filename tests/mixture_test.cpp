@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "tasks/task.h"
@@ -53,26 +54,91 @@ TEST(Mixture, DealsDocumentsByWeightEvenlyFromEachPartsOwnStream) {
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(same(alone->next(), five.next()));
 }
 
-// The position holds every part's position and the counts dealt: seeking there, in this source
-// or a fresh one, replays the same documents.
-TEST(Mixture, SeekingToASavedPositionReplaysTheStream) {
-  const std::string spec = "mix:2*task:maze:5,task:maze:4,0.5*task:maze:6";
-  auto source = open_source(spec, 3, 0);
-  for (int i = 0; i < 11; ++i) source->next();
-  const json saved = source->position();
-  std::vector<Document> after;
-  for (int i = 0; i < 9; ++i) after.push_back(source->next());
-  for (int pass = 0; pass < 2; ++pass) {
-    auto replay = pass == 0 ? std::move(source) : open_source(spec, 3, 0);
-    replay->seek(saved);
-    for (size_t i = 0; i < after.size(); ++i)
-      EXPECT_TRUE(same(replay->next(), after[i])) << "pass " << pass << ", document " << i;
-    source = std::move(replay);
+// A schedule's weight is linear between its points and constant after the last; two points at
+// one count of tokens make a step.
+TEST(Mixture, WeightSchedulesInterpolateBetweenTheirPoints) {
+  const auto ramp = WeightSchedule::parse("4..1@20M");
+  EXPECT_FALSE(ramp.constant());
+  EXPECT_DOUBLE_EQ(ramp.at(0), 4);
+  EXPECT_DOUBLE_EQ(ramp.at(10e6), 2.5);
+  EXPECT_DOUBLE_EQ(ramp.at(20e6), 1);
+  EXPECT_DOUBLE_EQ(ramp.at(1e12), 1);
+  const auto step = WeightSchedule::parse("2..2@1k..0@1k..3@3K");
+  EXPECT_DOUBLE_EQ(step.at(999), 2);
+  EXPECT_DOUBLE_EQ(step.at(1000), 0);
+  EXPECT_DOUBLE_EQ(step.at(2000), 1.5);
+  EXPECT_DOUBLE_EQ(step.last(), 3);
+  EXPECT_TRUE(WeightSchedule::parse("0.25").constant());
+  EXPECT_DOUBLE_EQ(WeightSchedule::parse("1.5..0.5@2G").at(1e9), 1.0);
+  // Shares do not overflow for the largest finite weights.
+  const std::vector<WeightSchedule> huge{WeightSchedule(1e308), WeightSchedule(1e308)};
+  EXPECT_EQ(mixture_shares(huge, 0), std::vector<double>({0.5, 0.5}));
+}
+
+// With a schedule, each part is owed its share at the tokens dealt so far for every document:
+// after each document its count is within one of that sum (computed here from the documents'
+// lengths and the ramp's formula), the first documents come from the part the ramp starts on,
+// those after the ramp from the part it ends on, and the held-out stream mixes by the weights
+// the schedule ends on.
+TEST(Mixture, AScheduleMovesTheSharesAlongTheTokensDealt) {
+  const double ramp = 20000;
+  const std::string spec = "mix:1..0@20k*task:maze:4,0..1@20k*task:maze:5";
+  auto mixed = open_source(spec, 7, 0);
+  tasks::TaskSource four(tasks::Kind::kMaze, 4, 7, 0), five(tasks::Kind::kMaze, 5, 7, 0);
+  double tokens = 0, owed_five = 0;
+  int64_t fives = 0, n = 0, fives_after_ramp = 0, after_ramp = 0;
+  while (tokens < 2 * ramp) {
+    const double share_five = std::min(tokens / ramp, 1.0);
+    const auto doc = mixed->next();
+    const bool is_five = doc.tokens.size() > 100;  // 4 x 4 sequences are 77-97 tokens long
+    EXPECT_TRUE(same(doc, is_five ? five.next() : four.next())) << "document " << n;
+    if (n == 0) EXPECT_FALSE(is_five);
+    if (tokens >= ramp) ++after_ramp, fives_after_ramp += is_five;
+    fives += is_five, owed_five += share_five, ++n;
+    EXPECT_LT(std::abs(static_cast<double>(fives) - owed_five), 1.0) << "after " << n;
+    tokens += static_cast<double>(doc.tokens.size());
   }
-  EXPECT_EQ(saved["taken"], json::array({6, 3, 2}));  // 11 x (4/7, 2/7, 1/7) = 6.3, 3.1, 1.6
-  EXPECT_THROW(source->seek(json{{"taken", {1, 2}}, {"parts", {saved["parts"][0]}}}), Error);
-  EXPECT_THROW(source->seek(json{{"taken", {1, -2, 0}}, {"parts", saved["parts"]}}), Error);
-  EXPECT_THROW(source->seek(json{{"index", 3}}), Error);
+  EXPECT_GT(after_ramp, 100);
+  EXPECT_EQ(fives_after_ramp, after_ramp);
+  EXPECT_NE(mixed->describe().find("mixture of 100..0% "), std::string::npos) << mixed->describe();
+  auto held_out = open_source(spec, 7, 1);
+  tasks::TaskSource five_held_out(tasks::Kind::kMaze, 5, 7, 1);
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(same(held_out->next(), five_held_out.next()));
+}
+
+// The position holds every part's position and the counts dealt (with a schedule, the tokens
+// dealt and what each part is owed too): seeking there, in this source or a fresh one, replays
+// the same documents.
+TEST(Mixture, SeekingToASavedPositionReplaysTheStream) {
+  for (const std::string spec : {"mix:2*task:maze:5,task:maze:4,0.5*task:maze:6",
+                                 "mix:2..0@1k*task:maze:5,task:maze:4,0..3@2k*task:maze:6"}) {
+    auto source = open_source(spec, 3, 0);
+    for (int i = 0; i < 11; ++i) source->next();
+    const json saved = source->position();
+    std::vector<Document> after;
+    for (int i = 0; i < 19; ++i) after.push_back(source->next());
+    for (int pass = 0; pass < 2; ++pass) {
+      auto replay = pass == 0 ? std::move(source) : open_source(spec, 3, 0);
+      replay->seek(saved);
+      for (size_t i = 0; i < after.size(); ++i)
+        EXPECT_TRUE(same(replay->next(), after[i]))
+            << spec << " pass " << pass << ", document " << i;
+      source = std::move(replay);
+    }
+    EXPECT_THROW(source->seek(json{{"taken", {1, 2}}, {"parts", {saved["parts"][0]}}}), Error);
+    EXPECT_THROW(source->seek(json{{"taken", {1, -2, 0}}, {"parts", saved["parts"]}}), Error);
+    EXPECT_THROW(source->seek(json{{"index", 3}}), Error);
+    if (saved.contains("owed")) {
+      EXPECT_EQ(saved["tokens"].get<int64_t>() > 0, true);
+      auto bad = saved;
+      bad["owed"][1] = -1;
+      EXPECT_THROW(source->seek(bad), Error);
+      bad.erase("owed");
+      EXPECT_THROW(source->seek(bad), Error);
+    } else {
+      EXPECT_EQ(saved["taken"], json::array({6, 3, 2}));  // 11 x (4/7, 2/7, 1/7) = 6.3, 3.1, 1.6
+    }
+  }
 }
 
 // Bad mixtures are one clear error naming what is wrong.
@@ -92,6 +158,18 @@ TEST(Mixture, BadSpecsNameTheProblem) {
       {"mix:task:copy,task:maze:4", "different vocabularies"},
       {"mix:task:maze:5,task:maze:99", "maze size"},
       {"mix:task:maze:5,/no/such.shard", "/no/such.shard"},
+      {"mix:nan*task:maze:5", "weight 'nan'"},
+      {"mix:1..*task:maze:5", "'' is not WEIGHT@TOKENS"},
+      {"mix:1..2*task:maze:5", "'2' is not WEIGHT@TOKENS"},
+      {"mix:1..2@*task:maze:5", "'' in '2@' is not a count of tokens"},
+      {"mix:1..2@-5*task:maze:5", "'-5' in '2@-5' is not a count of tokens"},
+      {"mix:1..2@5x*task:maze:5", "'5x' in '2@5x'"},
+      {"mix:1..-1@5*task:maze:5", "'-1' in '-1@5' is not a weight"},
+      {"mix:x..1@5*task:maze:5", "its start 'x'"},
+      {"mix:0..0@5*task:maze:5", "zero throughout"},
+      {"mix:1..2@10..3@5*task:maze:5", "'3@5' goes back in tokens"},
+      {"mix:1..0@1k*task:maze:5", "all zero at 1000 tokens"},
+      {"mix:1..0@1k*task:maze:5,0..0@2k..1@3k*task:maze:4", "all zero at 1000 tokens"},
   };
   for (const auto& [spec, message] : cases)
     EXPECT_NE(error_of(spec).find(message), std::string::npos) << spec << " -> " << error_of(spec);

@@ -417,7 +417,7 @@ std::vector<ResumeCase> resume_cases() {
   return {
       {"tiny_maze", preset("tiny", {"vocab_size=160"}), issue},
       {"tiny_maze_mixture", preset("tiny", {"vocab_size=160"}),
-       run("mix:3*task:maze:5,task:maze:4", 5, 4, 128)},
+       run("mix:3..1@2k*task:maze:5,1..3@2k*task:maze:4", 5, 4, 128)},
       {"tiny_grown_accumulated", preset("tiny", {"router_noise_std=0.05"}), grown},
       {"tiny_moe", preset("tiny", {"family=moe", "moe_experts=4", "moe_top_k=1"}), adamw},
       {"tiny_looped_strided",

@@ -50,12 +50,14 @@ std::unique_ptr<DocumentSource> open_source(const std::string& spec, uint64_t se
   // Every part reads with the run's seed; parts whose ids mean different things (two tasks,
   // a task and a corpus, corpora with different tokenizers) cannot share a model.
   const auto parts = parse_mixture(spec);
-  std::vector<double> weights;
+  // A held-out stream is read from its start at every evaluation, so it mixes by the weights
+  // the schedule ends on: the mixture a curriculum aims at.
+  std::vector<WeightSchedule> weights;
   std::vector<std::unique_ptr<DocumentSource>> sources;
   std::string vocabulary, vocabulary_part;
   for (const auto& part : parts) {
     sources.push_back(open_single(part.spec, seed, split));
-    weights.push_back(part.weight);
+    weights.push_back(split == 0 ? part.weight : WeightSchedule(part.weight.last()));
     const auto v = vocabulary_of(part.spec);
     if (v.empty()) continue;
     LOL_CHECK(vocabulary.empty() || v == vocabulary, "data spec '", spec, "': '", part.spec,
