@@ -25,6 +25,11 @@
 #include "util/runtime.h"
 
 namespace lol::cli {
+
+void stopped_by_signal() {
+  const int signal = interrupt_signal();
+  throw StoppedBySignal{128 + (signal ? signal : SIGINT)};
+}
 namespace {
 
 std::string fixed(double v, int digits) {
@@ -174,7 +179,7 @@ void launch_workers(int nproc) {
     pids.push_back(pid);
   }
   install_interrupt_handler();
-  bool forwarded = false;
+  bool forwarded = false, stopped = false;
   std::string failure;
   // After a failure the others get time to see it and report the lost rank themselves; one that
   // is still there after that (hung, or stopped) is killed.
@@ -190,7 +195,12 @@ void launch_workers(int nproc) {
       --running;
       const auto r = std::find(pids.begin(), pids.end(), done) - pids.begin();
       pids[static_cast<size_t>(r)] = -1;
-      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      // A worker that the forwarded signal stopped has saved its part and exits 128 + signal.
+      const bool by_signal =
+          forwarded && WIFEXITED(status) &&
+          (WEXITSTATUS(status) == 128 + SIGINT || WEXITSTATUS(status) == 128 + SIGTERM);
+      stopped = stopped || by_signal;
+      const bool ok = WIFEXITED(status) && (WEXITSTATUS(status) == 0 || by_signal);
       if (!ok && failure.empty()) {
         failure =
             "worker rank " + std::to_string(r) +
@@ -217,6 +227,7 @@ void launch_workers(int nproc) {
   LOL_CHECK(failure.empty(), failure,
             "; the run's last checkpoint is intact: resume it with --resume (at any number of "
             "workers)");
+  if (stopped) stopped_by_signal();
 }
 
 }  // namespace
@@ -322,6 +333,7 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     install_interrupt_handler();
     if (!main_rank) {  // the other ranks train silently; rank 0 reports and writes
       trainer->run([] { return interrupt_requested(); });
+      if (trainer->step() < trainer->config().steps) stopped_by_signal();
       return;
     }
     std::cerr << "training " << enum_name(trainer->model()->config().family) << " on " << tc.data
@@ -347,11 +359,11 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
           progress.update(m.step, info);
         });
     const std::string where = o->resume.empty() ? o->out : o->resume;
-    if (interrupt_requested()) {
+    if (trainer->step() < tc.steps) {  // a signal stopped it
       progress.finish("interrupted at step " + std::to_string(trainer->step()) +
                       "; checkpoint saved in " + latest_checkpoint(where) +
                       "; continue with: lol train --resume " + where);
-      return;
+      stopped_by_signal();
     }
     progress.finish("done: checkpoint " + latest_checkpoint(where));
     report(*trainer, device);

@@ -21,6 +21,14 @@ torch::Device selected_device();
 
 using Runner = std::function<void()>;
 
+// Thrown by a command that a signal stopped early after it saved its work (lol train's
+// checkpoint): the process exits with `status`, 128 + the signal as shells report a process the
+// signal ended, so a script that chains stages does not take a cut-short run for a finished one.
+struct StoppedBySignal {
+  int status;
+};
+[[noreturn]] void stopped_by_signal();  // throws StoppedBySignal{128 + interrupt_signal()}
+
 void add_init_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_forward_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);
 void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands);

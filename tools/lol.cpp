@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
     lol::cli::selected_device();  // a bad --device fails before any work, whatever the command
     for (auto& [sub, run] : commands)
       if (sub->parsed() && (sub->get_subcommands().empty())) run();
+  } catch (const lol::cli::StoppedBySignal& stopped) {
+    return stopped.status;  // what was saved and how to continue are printed already
   } catch (const lol::Error& e) {
     std::cerr << "lol: error: " << e.what() << "\n";
     return 1;

@@ -67,9 +67,9 @@ void Progress::finish(const std::string& info) {
 }
 
 namespace {
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_signal(int) {
-  g_interrupted.store(true);
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int signal) {
+  g_signal.store(signal);
 }
 }  // namespace
 
@@ -78,7 +78,10 @@ void install_interrupt_handler() {
   std::signal(SIGTERM, on_signal);
 }
 bool interrupt_requested() {
-  return g_interrupted.load();
+  return g_signal.load() != 0;
+}
+int interrupt_signal() {
+  return g_signal.load();
 }
 
 }  // namespace lol

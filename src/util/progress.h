@@ -29,5 +29,7 @@ std::string format_rate(double per_second);
 // SIGINT / SIGTERM set a flag instead of killing the process, so loops can save and stop.
 void install_interrupt_handler();
 bool interrupt_requested();
+// The signal that asked to stop (SIGINT or SIGTERM), 0 when none did.
+int interrupt_signal();
 
 }  // namespace lol
