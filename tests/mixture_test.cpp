@@ -92,7 +92,9 @@ TEST(Mixture, AScheduleMovesTheSharesAlongTheTokensDealt) {
     const auto doc = mixed->next();
     const bool is_five = doc.tokens.size() > 100;  // 4 x 4 sequences are 77-97 tokens long
     EXPECT_TRUE(same(doc, is_five ? five.next() : four.next())) << "document " << n;
-    if (n == 0) EXPECT_FALSE(is_five);
+    if (n == 0) {
+      EXPECT_FALSE(is_five);
+    }
     if (tokens >= ramp) ++after_ramp, fives_after_ramp += is_five;
     fives += is_five, owed_five += share_five, ++n;
     EXPECT_LT(std::abs(static_cast<double>(fives) - owed_five), 1.0) << "after " << n;
