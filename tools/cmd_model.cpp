@@ -7,6 +7,7 @@
 #include "model/checkpoint.h"
 #include "model/stats.h"
 #include "util/files.h"
+#include "util/parse.h"
 
 namespace lol::cli {
 
@@ -35,16 +36,10 @@ std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& 
   std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
-    size_t used = 0;
-    int64_t value = 0;
-    try {
-      value = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    LOL_CHECK(!item.empty() && used == item.size(), flag, ": '", item,
+    const auto value = parse_int(item);
+    LOL_CHECK(value.has_value(), flag, ": '", item,
               "' is not an integer (expected a comma-separated list like 1,2,3)");
-    out.push_back(value);
+    out.push_back(*value);
   }
   return out;
 }
@@ -61,15 +56,9 @@ ModelConfig ModelFlags::resolve() const {
 CLI::Validator at_least(int64_t minimum) {
   return CLI::Validator(
       [minimum](std::string& text) -> std::string {
-        double value = 0;
-        try {
-          size_t used = 0;
-          value = std::stod(text, &used);
-          if (used != text.size()) return "'" + text + "' is not a number";
-        } catch (const std::exception&) {
-          return "'" + text + "' is not a number";
-        }
-        if (value < static_cast<double>(minimum))
+        const auto value = parse_finite(text);
+        if (!value) return "'" + text + "' is not a number";
+        if (*value < static_cast<double>(minimum))
           return "must be >= " + std::to_string(minimum) + ", got " + text;
         return "";
       },

@@ -11,6 +11,7 @@
 #include "tasks/task.h"
 #include "text/corpus.h"
 #include "util/error.h"
+#include "util/parse.h"
 
 namespace lol {
 namespace {
@@ -87,20 +88,17 @@ class TsvSequences : public LabelledSource {
     }
     std::stringstream ids(line.substr(tab + 1));
     for (std::string item; std::getline(ids, item, ',');) {
-      size_t used = 0;
-      int64_t id = -1;
-      try {
-        id = std::stoll(item, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      LOL_CHECK(used > 0 && item.find_first_not_of(" \r", used) == std::string::npos, where, ": '",
-                item,
+      const auto first = item.find_first_not_of(" \r");  // "1, 2, 3" and CR LF files too
+      const auto id = first == std::string::npos
+                          ? std::nullopt
+                          : parse_int(std::string_view(item).substr(
+                                first, item.find_last_not_of(" \r") + 1 - first));
+      LOL_CHECK(id.has_value(), where, ": '", item,
                 "' is not a token id (the second column holds comma-separated ids; text needs a "
                 "tokenizer)");
-      LOL_CHECK(id >= 0 && id < vocab_size_, where, ": token id ", id,
+      LOL_CHECK(*id >= 0 && *id < vocab_size_, where, ": token id ", *id,
                 " is outside the vocabulary [0, ", vocab_size_, ")");
-      out.sequence.tokens.push_back(id);
+      out.sequence.tokens.push_back(*id);
     }
     LOL_CHECK(!out.sequence.tokens.empty(), where, ": no token ids");
     return out;

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <set>
 #include <sstream>
 
 #include "util/error.h"
+#include "util/parse.h"
 
 namespace lol {
 
@@ -16,12 +16,10 @@ bool is_mixture(const std::string& spec) {
 
 namespace {
 
-// A finite number spelling all of `text`.
 bool parse_number(const std::string& text, double* value) {
-  if (text.empty()) return false;
-  char* end = nullptr;
-  *value = std::strtod(text.c_str(), &end);
-  return end == text.c_str() + text.size() && std::isfinite(*value);
+  const auto number = parse_finite(text);
+  if (number) *value = *number;
+  return number.has_value();
 }
 
 // A count of tokens: a number with an optional k, M or G suffix.
@@ -178,8 +176,11 @@ std::vector<double> MixtureSource::shares() const {
 }
 
 size_t MixtureSource::next_part() const {
+  return next_part(shares());
+}
+
+size_t MixtureSource::next_part(const std::vector<double>& share) const {
   // The part furthest behind what it is owed, counting the next document.
-  const auto share = shares();
   int64_t dealt = 0;
   for (int64_t t : taken_) dealt += t;
   size_t best = 0;
@@ -194,11 +195,10 @@ size_t MixtureSource::next_part() const {
 }
 
 Document MixtureSource::next() {
-  const size_t k = next_part();
-  if (scheduled_) {
-    const auto share = shares();
+  const auto share = shares();
+  const size_t k = next_part(share);
+  if (scheduled_)
     for (size_t j = 0; j < parts_.size(); ++j) owed_[j] += share[j];
-  }
   ++taken_[k];
   auto document = parts_[k]->next();
   tokens_ += static_cast<int64_t>(document.tokens.size());

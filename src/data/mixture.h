@@ -69,6 +69,8 @@ class MixtureSource : public DocumentSource {
   std::vector<double> shares() const;
 
  private:
+  size_t next_part(const std::vector<double>& share) const;  // given shares()
+
   std::vector<WeightSchedule> weights_;
   bool scheduled_ = false;  // a weight changes along the run
   std::vector<std::unique_ptr<DocumentSource>> parts_;

@@ -5,6 +5,7 @@
 
 #include "data/mixture.h"
 #include "util/error.h"
+#include "util/parse.h"
 
 namespace lol::tasks {
 
@@ -207,9 +208,10 @@ bool parse_task_data(const std::string& spec, TaskData* out) {
   TaskData data;
   if (name.rfind("maze:", 0) == 0) {
     const std::string n = name.substr(5);
-    LOL_CHECK(!n.empty() && n.find_first_not_of("0123456789") == std::string::npos && n.size() < 4,
-              "data spec '", spec, "': the maze size must be a number");
-    data.maze_size = std::stoi(n);
+    const auto size = parse_int(n);
+    LOL_CHECK(size && *size >= 0 && *size < 1000, "data spec '", spec,
+              "': the maze size must be a number");
+    data.maze_size = static_cast<int>(*size);
     name = "maze";
   }
   if (name != "sudoku" && name != "maze") return false;

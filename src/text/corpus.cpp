@@ -12,6 +12,7 @@
 #include "util/error.h"
 #include "util/files.h"
 #include "util/hash.h"
+#include "util/parse.h"
 
 namespace lol {
 namespace {
@@ -301,11 +302,10 @@ std::vector<ChunkInfo> read_chunk_table(const std::string& path) {
     std::istringstream fields(line);
     for (std::string x; std::getline(fields, x, '\t');) f.push_back(x);
     LOL_CHECK(f.size() == 5, path, ":", number, ": expected 5 tab-separated fields");
-    try {
-      rows.push_back({f[0], f[1], std::stoll(f[2]), std::stoll(f[3]), std::stoll(f[4])});
-    } catch (const std::exception&) {
-      fail(path, ":", number, ": chunk, tokens and bytes must be integers");
-    }
+    const auto chunk = parse_int(f[2]), tokens = parse_int(f[3]), bytes = parse_int(f[4]);
+    LOL_CHECK(chunk && tokens && bytes, path, ":", number,
+              ": chunk, tokens and bytes must be integers");
+    rows.push_back({f[0], f[1], *chunk, *tokens, *bytes});
   }
   return rows;
 }

@@ -8,6 +8,7 @@
 #include "text/subword.h"
 #include "util/error.h"
 #include "util/json.h"
+#include "util/parse.h"
 
 namespace lol {
 namespace {
@@ -62,17 +63,11 @@ class IdTokenizer : public Tokenizer {
     std::replace(spaced.begin(), spaced.end(), ',', ' ');
     std::vector<int64_t> ids;
     for (const auto& word : tasks::split_words(spaced)) {
-      size_t used = 0;
-      int64_t id = -1;
-      try {
-        id = std::stoll(word, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      LOL_CHECK(used == word.size() && id >= 0 && id < vocab_size_, "'", word,
-                "' is not a token id in [0, ", vocab_size_,
+      const auto id = parse_int(word);
+      LOL_CHECK(id && *id >= 0 && *id < vocab_size_, "'", word, "' is not a token id in [0, ",
+                vocab_size_,
                 ") (this model has no text vocabulary: write ids separated by commas)");
-      ids.push_back(id);
+      ids.push_back(*id);
     }
     return ids;
   }

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "util/error.h"
+#include "util/parse.h"
 
 // LibTorch 2.x split the collectives' implementations (Gloo, NCCL) into c10d::Backend; 1.13's
 // derive from c10d::ProcessGroup. Both offer the same allreduce and broadcast.
@@ -36,11 +37,10 @@ namespace {
 int env_int(const char* name, int fallback, int lo, int hi) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  LOL_CHECK(end != v && *end == '\0' && x >= lo && x <= hi, name, " must be an integer in [", lo,
-            ", ", hi, "], got '", v, "'");
-  return static_cast<int>(x);
+  const auto x = parse_int(v);
+  LOL_CHECK(x && *x >= lo && *x <= hi, name, " must be an integer in [", lo, ", ", hi, "], got '",
+            v, "'");
+  return static_cast<int>(*x);
 }
 
 std::string env_text(const char* name) {
