@@ -1,11 +1,16 @@
 // Data parallelism end to end through the lol binary: N workers over a FileStore give the
 // parameters one worker gives with the same global batch, and a run resumes at another number
 // of workers exactly where it stood.
+#include "train/distributed.h"
+
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "helpers.h"
 #include "util/files.h"
@@ -91,6 +96,104 @@ TEST(Distributed, TwoWorkersEqualOneWithTheSameGlobalBatch) {
     }
   }
   remove_tree(dir);
+}
+
+// Sets environment variables for one scope and restores what was there.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(std::vector<std::pair<std::string, std::string>> vars) {
+    for (auto& [name, value] : vars) {
+      const char* old = std::getenv(name.c_str());
+      saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+      ::setenv(name.c_str(), value.c_str(), 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (auto& [name, old] : saved_) {
+      if (old) {
+        ::setenv(name.c_str(), old->c_str(), 1);
+      } else {
+        ::unsetenv(name.c_str());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST(Distributed, TheEnvironmentPlacesTheWorker) {
+  {
+    ScopedEnv env({{"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", "29511"},
+                   {"WORLD_SIZE", "8"},
+                   {"RANK", "5"},
+                   {"LOCAL_WORLD_SIZE", "4"},
+                   {"LOCAL_RANK", "1"}});
+    const auto c = distributed_from_env();
+    EXPECT_EQ(c.world, 8);
+    EXPECT_EQ(c.rank, 5);
+    EXPECT_EQ(c.local_world, 4);
+    EXPECT_EQ(c.local_rank, 1);
+    EXPECT_EQ(c.master_port, 29511);
+  }
+  {
+    // By hand, one worker per machine: the local variables may be left out.
+    ScopedEnv env({{"MASTER_ADDR", "h"}, {"WORLD_SIZE", "2"}, {"RANK", "1"}});
+    ::unsetenv("LOCAL_RANK");
+    ::unsetenv("LOCAL_WORLD_SIZE");
+    const auto c = distributed_from_env();
+    EXPECT_EQ(c.local_world, 1);
+    EXPECT_EQ(c.local_rank, 0);
+  }
+  // Each malformed variable is refused by name, a number with anything around it included.
+  const std::vector<std::pair<std::string, std::string>> bad = {{"RANK", "2"},
+                                                                {"RANK", " 1"},
+                                                                {"RANK", "1x"},
+                                                                {"WORLD_SIZE", "0"},
+                                                                {"WORLD_SIZE", "+2"},
+                                                                {"LOCAL_RANK", "2"},
+                                                                {"LOCAL_RANK", "-1"},
+                                                                {"LOCAL_WORLD_SIZE", "3"},
+                                                                {"MASTER_PORT", "70000"},
+                                                                {"MASTER_PORT", "29500 "}};
+  for (const auto& [name, value] : bad) {
+    ScopedEnv base({{"MASTER_ADDR", "h"},
+                    {"WORLD_SIZE", "2"},
+                    {"RANK", "1"},
+                    {"LOCAL_WORLD_SIZE", "2"},
+                    {"LOCAL_RANK", "1"},
+                    {"MASTER_PORT", "29500"}});
+    ScopedEnv env({{name, value}});
+    try {
+      distributed_from_env();
+      ADD_FAILURE() << name << "=" << value << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Distributed, EachLocalWorkerHasAGpuOfItsOwn) {
+  DistributedConfig c;
+  c.world = 4;
+  c.rank = 3;
+  c.local_world = 2;
+  c.local_rank = 1;
+  // The CPU and an explicit GPU stay as asked; a bare cuda becomes cuda:LOCAL_RANK.
+  EXPECT_EQ(worker_device(torch::Device("cpu"), c, 0), torch::Device("cpu"));
+  EXPECT_EQ(worker_device(torch::Device("cuda:0"), c, 2), torch::Device("cuda:0"));
+  EXPECT_EQ(worker_device(torch::Device("cuda"), c, 2), torch::Device("cuda:1"));
+  c.local_rank = 0;
+  EXPECT_EQ(worker_device(torch::Device("cuda"), c, 2), torch::Device("cuda:0"));
+  // More local workers than GPUs: the one without a GPU says so.
+  c.local_rank = 2;
+  try {
+    worker_device(torch::Device("cuda"), c, 2);
+    ADD_FAILURE() << "local rank 2 on a machine with 2 GPUs was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("LOCAL_RANK 2"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -168,6 +168,7 @@ void launch_workers(int nproc) {
     if (pid == 0) {
       ::setenv("RANK", std::to_string(r).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       ::setenv("LOL_DIST_STORE", store.c_str(), 1);
       std::vector<char*> argv;
@@ -299,15 +300,15 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       check_worker_count(o->nproc, o->resume, o->train_overrides);
       return launch_workers(o->nproc);
     }
-    const auto device = selected_device();
+    auto device = selected_device();
     std::shared_ptr<Distributed> dist;
     if (dist_config.active()) {
+      device = worker_device(device, dist_config,
+                             device.is_cuda() ? static_cast<int>(torch::cuda::device_count()) : 0);
       // Local workers share the cores unless --threads says otherwise.
-      const char* local = std::getenv("LOCAL_WORLD_SIZE");
-      const int local_world = local ? std::max(1, std::atoi(local)) : 1;
       if (global_options().threads == 0)
-        configure_runtime(
-            std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_world));
+        configure_runtime(std::max(
+            1, static_cast<int>(std::thread::hardware_concurrency()) / dist_config.local_world));
       dist = std::make_shared<Distributed>(dist_config, device);
     }
     const bool main_rank = !dist || dist->rank() == 0;

@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -58,6 +59,8 @@ DistributedConfig distributed_from_env() {
   if (c.store_file.empty() && !torchrun) return c;
   c.world = env_int("WORLD_SIZE", 1, 1, 1 << 20);
   c.rank = env_int("RANK", 0, 0, c.world - 1);
+  c.local_world = env_int("LOCAL_WORLD_SIZE", 1, 1, c.world);
+  c.local_rank = env_int("LOCAL_RANK", 0, 0, c.local_world - 1);
   if (c.store_file.empty()) {
     LOL_CHECK(!c.master_addr.empty() || c.world == 1,
               "WORLD_SIZE is set but MASTER_ADDR is not (torchrun sets both)");
@@ -65,6 +68,16 @@ DistributedConfig distributed_from_env() {
   }
   c.timeout = distributed_timeout_from_env();
   return c;
+}
+
+torch::Device worker_device(const torch::Device& requested, const DistributedConfig& config,
+                            int gpus) {
+  if (!requested.is_cuda() || requested.has_index()) return requested;
+  LOL_CHECK(config.local_rank < gpus, "worker ", config.rank, " (LOCAL_RANK ", config.local_rank,
+            ") has no GPU of its own: this machine shows ", gpus,
+            " (one GPU per local worker; start at most that many per machine, or name one with "
+            "--device cuda:N)");
+  return torch::Device(requested.type(), static_cast<c10::DeviceIndex>(config.local_rank));
 }
 
 std::chrono::milliseconds distributed_timeout_from_env() {
@@ -92,6 +105,9 @@ Distributed::Distributed(const DistributedConfig& config, torch::Device device)
   }
   group_->store->setTimeout(config_.timeout);
   if (device_.is_cuda()) {
+    // The worker's GPU becomes the current one, so that NCCL and the caching allocator do not
+    // open a context on GPU 0 for every worker of the machine.
+    c10::impl::getDeviceGuardImpl(device_.type())->setDevice(device_);
 #ifdef USE_C10D_NCCL
     auto o = ::c10d::ProcessGroupNCCL::Options::create();
     o->timeout = config_.timeout;

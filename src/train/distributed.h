@@ -15,6 +15,8 @@ namespace lol {
 
 struct DistributedConfig {
   int rank = 0, world = 1;
+  int local_rank = 0,
+      local_world = 1;      // among this machine's workers (LOCAL_RANK, LOCAL_WORLD_SIZE)
   std::string store_file;   // FileStore path (lol train --nproc), or
   std::string master_addr;  // TCPStore host and port (torchrun)
   int master_port = 0;
@@ -24,8 +26,14 @@ struct DistributedConfig {
 
 // From the environment: LOL_DIST_STORE (+ RANK, WORLD_SIZE) as `lol train --nproc` sets it, or
 // torchrun's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; world 1 when neither is set.
+// LOCAL_RANK and LOCAL_WORLD_SIZE (default 0 and 1) place the worker on its machine.
 // LOL_DIST_TIMEOUT_S overrides the timeout. Throws naming a variable that is malformed.
 DistributedConfig distributed_from_env();
+// The device a worker computes on: `requested`, except that a CUDA device without an index is
+// cuda:LOCAL_RANK, one GPU per worker of a machine (torchrun's convention; an explicit cuda:N is
+// kept). `gpus` is how many the machine shows; a local rank without a GPU of its own throws.
+torch::Device worker_device(const torch::Device& requested, const DistributedConfig& config,
+                            int gpus);
 // LOL_DIST_TIMEOUT_S, or the default of 300 s.
 std::chrono::milliseconds distributed_timeout_from_env();
 
