@@ -44,6 +44,18 @@ lol="$build/lol"
 echo "nccl compiled rc=$?" | tee -a "$out/summary.txt" "$log"
 phase dp-gloo 120 "$lol" train --preset tiny --data task:maze:5 --steps 6 --train-set seq_len=128 \
   --train-set grad_accum=2 --train-set bucket_mb=0.02 --out /tmp/lol-cuda-dp --overwrite --nproc 2
+# Two workers on the GPUs (each takes cuda:LOCAL_RANK): NCCL where the machine has two GPUs;
+# with one, the second worker must stop naming its missing GPU (NCCL refuses two on one GPU).
+if [ "$dev" = cuda ]; then
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+  phase dp-nccl 180 "$lol" --device cuda train --preset tiny --data task:maze:5 --steps 6 \
+    --train-set seq_len=128 --train-set grad_accum=2 --out /tmp/lol-cuda-nccl --overwrite --nproc 2
+  rc=$?
+  if [ "$gpus" -lt 2 ]; then
+    [ "$rc" -ne 0 ] && grep -q "LOCAL_RANK 1) has no GPU" "$log"
+    echo "dp-nccl on $gpus GPU refused by name rc=$?" | tee -a "$out/summary.txt" "$log"
+  fi
+fi
 
 # Tests: engine on the GPU against the CPU reference paths; the CLI script runs on the CPU.
 export LOL_TEST_DEVICE=$dev
