@@ -633,14 +633,11 @@ TEST(Routes, PerturbationFlipsFollowTheMargins) {
 TEST(Routes, MalformedRouteFilesNameTheLine) {
   auto error_of = [](const std::string& text) {
     std::stringstream in(text);
-    try {
+    return testing::error_message([&] {
       RouteReader reader(in, "r.jsonl");
       while (reader.next()) {
       }
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    });
   };
   const std::string header = R"({"lol_routes":1,"core_depth":2,"library_size":2,"sequences":1})";
   const std::string window =

@@ -34,12 +34,7 @@ class CheckpointTest : public ::testing::Test {
     return path;
   }
   std::string error_of(const std::string& path) {
-    try {
-      read_safetensors(path);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "no error";
+    return testing::error_message([&] { read_safetensors(path); });
   }
   std::string header_case(const std::string& header, size_t data_bytes) {
     return error_of(write_raw(header, header.size(), data_bytes));
@@ -222,14 +217,11 @@ TEST(Config, ValidationNamesTheFieldAndOverridesApply) {
   EXPECT_EQ(c.family, Family::kDense);
   EXPECT_FALSE(c.router_tied);
   auto message = [&](const std::string& assignment) {
-    ModelConfig copy = tiny_config();
-    try {
+    return testing::error_message([&] {
+      ModelConfig copy = tiny_config();
       apply_override(ModelConfig::fields(), assignment, copy);
       copy.validate();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    });
   };
   EXPECT_EQ(message("window=abc"), "config key 'window' must be an integer, got \"abc\"");
   EXPECT_EQ(message("windw=3"), message("windw=3"));

@@ -11,10 +11,23 @@
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "reference.h"
+#include "util/error.h"
 #include "util/files.h"
 #include "util/runtime.h"
 
 namespace lol::testing {
+
+// The message of the lol::Error that `run()` throws, or "no error": tests of bad input check that
+// it names the problem.
+template <class F>
+std::string error_message(F&& run) {
+  try {
+    run();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
 
 // An empty scratch directory for this process (removed first if a run left one), created.
 inline std::string temp_dir(const std::string& name) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "helpers.h"
 #include "tasks/task.h"
 #include "train/sources.h"
 
@@ -18,12 +19,7 @@ bool same(const Document& a, const Document& b) {
 }
 
 std::string error_of(const std::string& spec) {
-  try {
-    open_source(spec, 1, 0);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
+  return testing::error_message([&] { open_source(spec, 1, 0); });
 }
 
 // Each document comes from the part furthest behind its share, so after every document each

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <set>
 
+#include "helpers.h"
 #include "tasks/score.h"
 #include "tasks/task.h"
 #include "util/error.h"
@@ -215,12 +216,7 @@ TEST(Scoring, CorrectTracesScoreOneAndEachCorruptionIsCaught) {
 
 TEST(Tasks, MalformedInputNamesTheLineAndToken) {
   auto message = [](Kind kind, const std::string& line) {
-    try {
-      score_sequence(kind, split_words(line), 1, "line 7");
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return testing::error_message([&] { score_sequence(kind, split_words(line), 1, "line 7"); });
   };
   EXPECT_EQ(message(Kind::kSudoku, "Q : 1 2 banana [ S1 ]"),
             "line 7: unknown token 'banana' at position 4");
