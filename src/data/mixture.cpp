@@ -16,14 +16,13 @@ bool is_mixture(const std::string& spec) {
 
 namespace {
 
-bool parse_number(const std::string& text, double* value) {
-  const auto number = parse_finite(text);
-  if (number) *value = *number;
-  return number.has_value();
+// A weight, or -1 (which every weight check refuses) when `text` is not a number.
+double weight_of(const std::string& text) {
+  return parse_finite(text).value_or(-1);
 }
 
-// A count of tokens: a number with an optional k, M or G suffix.
-bool parse_tokens(std::string text, double* value) {
+// A count of tokens: a number with an optional k, M or G suffix; -1 when it is not one.
+double tokens_of(std::string text) {
   double scale = 1;
   if (!text.empty()) {
     const char last = text.back();
@@ -32,9 +31,8 @@ bool parse_tokens(std::string text, double* value) {
     if (last == 'G') scale = 1e9;
     if (scale != 1) text.pop_back();
   }
-  if (!parse_number(text, value)) return false;
-  *value *= scale;
-  return std::isfinite(*value);
+  const auto value = parse_finite(text);
+  return value && std::isfinite(*value * scale) ? *value * scale : -1;
 }
 
 // The weights' sum must be positive at every point of the run: between two neighbouring
@@ -75,25 +73,24 @@ WeightSchedule WeightSchedule::parse(const std::string& text) {
     if (dots == std::string::npos) break;
     from = dots + 2;
   }
-  double weight = 0;
+  double weight = weight_of(pieces[0]);
   if (pieces.size() == 1) {
-    LOL_CHECK(parse_number(text, &weight) && weight > 0,
-              "it is not a positive number (or a schedule W0..W1@TOKENS)");
+    LOL_CHECK(weight > 0, "it is not a positive number (or a schedule W0..W1@TOKENS)");
     schedule.points_.emplace_back(0.0, weight);
     return schedule;
   }
-  LOL_CHECK(parse_number(pieces[0], &weight) && weight >= 0, "its start '", pieces[0],
-            "' is not a weight (a number >= 0)");
+  LOL_CHECK(weight >= 0, "its start '", pieces[0], "' is not a weight (a number >= 0)");
   schedule.points_.emplace_back(0.0, weight);
   for (size_t i = 1; i < pieces.size(); ++i) {
     const auto& piece = pieces[i];
     const auto at = piece.find('@');
     LOL_CHECK(at != std::string::npos, "'", piece, "' is not WEIGHT@TOKENS");
-    double tokens = 0;
-    LOL_CHECK(parse_number(piece.substr(0, at), &weight) && weight >= 0, "'", piece.substr(0, at),
-              "' in '", piece, "' is not a weight (a number >= 0)");
-    LOL_CHECK(parse_tokens(piece.substr(at + 1), &tokens) && tokens > 0, "'", piece.substr(at + 1),
-              "' in '", piece, "' is not a count of tokens > 0 (k, M and G suffixes allowed)");
+    weight = weight_of(piece.substr(0, at));
+    const double tokens = tokens_of(piece.substr(at + 1));
+    LOL_CHECK(weight >= 0, "'", piece.substr(0, at), "' in '", piece,
+              "' is not a weight (a number >= 0)");
+    LOL_CHECK(tokens > 0, "'", piece.substr(at + 1), "' in '", piece,
+              "' is not a count of tokens > 0 (k, M and G suffixes allowed)");
     LOL_CHECK(tokens >= schedule.points_.back().first, "'", piece,
               "' goes back in tokens (points must come in order)");
     schedule.points_.emplace_back(tokens, weight);
