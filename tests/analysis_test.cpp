@@ -863,6 +863,38 @@ size_t count_of(const std::string& text, const std::string& what) {
   return n;
 }
 
+// A run interrupted at steps 4,991 and 26,154 (a checkpoint each) and resumed curves at the
+// same steps as one that was not: multiples of every x checkpoint_every, and the last.
+TEST(StrategyControl, CurvesPickCheckpointsByStep) {
+  auto steps_of = [](const std::vector<int64_t>& steps, int64_t interval, int64_t every) {
+    std::vector<int64_t> out;
+    for (size_t i : curve_checkpoints(steps, interval, every)) out.push_back(steps[i]);
+    return out;
+  };
+  std::vector<int64_t> straight, interrupted;
+  for (int64_t s = 2000; s <= 40000; s += 2000) straight.push_back(s);
+  for (int64_t s : straight) {
+    interrupted.push_back(s);
+    if (s == 4000) interrupted.push_back(4991);
+    if (s == 26000) interrupted.push_back(26154);
+  }
+  const std::vector<int64_t> every_two = {4000,  8000,  12000, 16000, 20000,
+                                          24000, 28000, 32000, 36000, 40000};
+  EXPECT_EQ(steps_of(straight, 2000, 2), every_two);
+  EXPECT_EQ(steps_of(interrupted, 2000, 2), every_two);
+  EXPECT_EQ(steps_of(interrupted, 2000, 1), straight);
+  // Stopped at 26,154 and not resumed: the curve ends at the model there is.
+  const std::vector<int64_t> so_far(interrupted.begin(), interrupted.begin() + 15);
+  EXPECT_EQ(steps_of(so_far, 2000, 2),
+            (std::vector<int64_t>{4000, 8000, 12000, 16000, 20000, 24000, 26154}));
+  // A last step off the grid (steps not a multiple of the interval) is still the last point.
+  EXPECT_EQ(steps_of({300, 600, 900, 1000}, 300, 2), (std::vector<int64_t>{600, 1000}));
+  // Checkpoints only at the end: every k-th counting back from the last.
+  EXPECT_EQ(steps_of({10, 20, 30, 40, 50}, 0, 2), (std::vector<int64_t>{10, 30, 50}));
+  EXPECT_TRUE(steps_of({}, 2000, 2).empty());
+  EXPECT_THROW(curve_checkpoints({10}, 10, 0), Error);
+}
+
 TEST(StrategyControl, DistinctPathsCompareExpertsWhereverEitherPathReaches) {
   ForcedPath a;
   a.depths[1][0].expert = 1;

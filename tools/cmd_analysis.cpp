@@ -347,7 +347,8 @@ void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
                   "path extract --rule)")
       ->capture_default_str();
   cmd->add_option("--every", o->every,
-                  "evaluate every k-th checkpoint, counting back from the last")
+                  "evaluate the checkpoints at every k-th checkpoint interval of the run "
+                  "(steps that are multiples of k x checkpoint_every), and the last")
       ->capture_default_str()
       ->check(at_least(1));
   cmd->add_option("--batch-size", o->control.max_batch, "sequences per batch")
@@ -383,11 +384,22 @@ void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
       return p;
     };
     std::vector<Point> points;
-    const auto names = checkpoint_names(o->run);
-    for (size_t i = 0; i < names.size(); ++i)
-      if ((names.size() - 1 - i) % static_cast<size_t>(o->every) == 0)
-        points.push_back(point(o->run + "/checkpoints/" + names[i]));
-    if (points.empty()) points.push_back(point(resolve_model_dir(o->run)));
+    for (const auto& name : checkpoint_names(o->run))
+      points.push_back(point(o->run + "/checkpoints/" + name));
+    if (points.empty()) {
+      points.push_back(point(resolve_model_dir(o->run)));
+    } else {
+      // Every k-th checkpoint interval of the run (as its last checkpoint has it), and the last.
+      const std::string state = points.back().dir + "/train_state.json";
+      const int64_t interval =
+          path_exists(state) ? read_json_file(state, TrainState::from_json).config.checkpoint_every
+                             : 0;
+      std::vector<int64_t> steps;
+      for (const auto& p : points) steps.push_back(p.step);
+      std::vector<Point> picked;
+      for (size_t i : curve_checkpoints(steps, interval, o->every)) picked.push_back(points[i]);
+      points = std::move(picked);
+    }
     const auto device = selected_device();
     const int64_t total = static_cast<int64_t>(points.size()) * 2 * 5 * o->control.count;
     Progress progress("path curve", total);

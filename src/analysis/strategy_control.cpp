@@ -48,6 +48,19 @@ int64_t distinct_paths(const std::vector<ForcedPath>& paths, int64_t core_depth)
   return static_cast<int64_t>(seen.size());
 }
 
+std::vector<size_t> curve_checkpoints(const std::vector<int64_t>& steps, int64_t interval,
+                                      int64_t every) {
+  LOL_CHECK(every >= 1, "a curve takes every k-th checkpoint with k >= 1, got ", every);
+  std::vector<size_t> out;
+  const size_t n = steps.size();
+  for (size_t i = 0; i < n; ++i) {
+    const bool picked = i + 1 == n || (interval > 0 ? steps[i] % (every * interval) == 0
+                                                    : (n - 1 - i) % every == 0);
+    if (picked) out.push_back(i);
+  }
+  return out;
+}
+
 StrategyControl measure_strategy_control(LanguageModel& model, torch::Device device,
                                          const StrategyControlOptions& o,
                                          const std::function<void(const EvalSample&)>& sink) {

@@ -43,6 +43,14 @@ std::vector<LabelledPath> task_mode_paths(LanguageModel& model, const StrategyCo
 // its end, SPEC 1.6).
 int64_t distinct_paths(const std::vector<ForcedPath>& paths, int64_t core_depth);
 
+// Which checkpoints of a run a curve evaluates, given their steps in ascending order: those
+// at multiples of `every` checkpoint intervals (the run's checkpoint_every), and the last, so
+// a run that was interrupted (a checkpoint at the step it stopped) and resumed curves at the
+// same steps as one that was not. Without an interval (0: checkpoints only at the end) every
+// `every`-th counting back from the last. Indices into `steps`, ascending.
+std::vector<size_t> curve_checkpoints(const std::vector<int64_t>& steps, int64_t interval,
+                                      int64_t every);
+
 // `sink` sees every generation (descriptor condition first), as evaluate_paths gives them.
 StrategyControl measure_strategy_control(LanguageModel& model, torch::Device device,
                                          const StrategyControlOptions& options,
