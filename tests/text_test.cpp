@@ -61,6 +61,32 @@ TEST(RegexSplit, PiecesAlwaysConcatenateToTheText) {
   }
 }
 
+// The example of HF's SplitDelimiterBehavior documentation, and what HF's tokenizers 0.23
+// (tests/node, `preTokenizeString`) give for it inverted.
+TEST(RegexSplit, BehaviorsKeepWhatHfKeeps) {
+  using V = std::vector<std::string>;
+  auto cut = [](SplitBehavior b, bool invert) {
+    std::vector<std::string_view> pieces;
+    RegexSplitter("-").split("the-final--countdown", b, invert, &pieces);
+    return V(pieces.begin(), pieces.end());
+  };
+  EXPECT_EQ(cut(SplitBehavior::kRemoved, false), (V{"the", "final", "countdown"}));
+  EXPECT_EQ(cut(SplitBehavior::kIsolated, false), (V{"the", "-", "final", "-", "-", "countdown"}));
+  EXPECT_EQ(cut(SplitBehavior::kMergedWithPrevious, false),
+            (V{"the-", "final-", "-", "countdown"}));
+  EXPECT_EQ(cut(SplitBehavior::kMergedWithNext, false), (V{"the", "-final", "-", "-countdown"}));
+  EXPECT_EQ(cut(SplitBehavior::kContiguous, false), (V{"the", "-", "final", "--", "countdown"}));
+  EXPECT_EQ(cut(SplitBehavior::kRemoved, true), (V{"-", "-", "-"}));
+  EXPECT_EQ(cut(SplitBehavior::kIsolated, true), (V{"the", "-", "final", "-", "-", "countdown"}));
+  EXPECT_EQ(cut(SplitBehavior::kMergedWithPrevious, true), (V{"the", "-final", "-", "-countdown"}));
+  EXPECT_EQ(cut(SplitBehavior::kMergedWithNext, true), (V{"the-", "final-", "-", "countdown"}));
+  EXPECT_EQ(cut(SplitBehavior::kContiguous, true), (V{"the", "-", "final", "--", "countdown"}));
+  for (auto b :
+       {SplitBehavior::kRemoved, SplitBehavior::kIsolated, SplitBehavior::kMergedWithPrevious,
+        SplitBehavior::kMergedWithNext, SplitBehavior::kContiguous})
+    EXPECT_EQ(parse_split_behavior(split_behavior_name(b), "test"), b);
+}
+
 TEST(RegexSplit, BadPatternIsOneClearError) {
   try {
     RegexSplitter s("(unclosed");
@@ -127,6 +153,109 @@ std::unique_ptr<SubwordTokenizer> small_bpe(int64_t vocab = 400) {
   o.vocab_size = vocab;
   o.min_frequency = 1;
   return train_bpe(corpus(), o);
+}
+
+// A byte-level BPE of the 256 bytes and one merge: C2 + B2, the bytes of "²" (U+00B2), which
+// as byte-level characters are "Â" and "²", a numeric character itself.
+json bytes_and_one_merge(const json& pre_tokenizer) {
+  auto j = small_bpe()->to_json();
+  json vocab = json::object();
+  for (const auto& [token, id] : j["model"]["vocab"].items())
+    if (id.get<int64_t>() < 256) vocab[token] = id;
+  vocab["\u00c2\u00b2"] = 256;
+  j["model"]["vocab"] = vocab;
+  j["model"]["merges"] = json::array({"\u00c2 \u00b2"});
+  j["added_tokens"] = json::array();
+  j["pre_tokenizer"] = pre_tokenizer;
+  return j;
+}
+
+// Each pre-tokenizer sees what the steps before it made, as in HF (tests/node gives the same
+// pieces): after ByteLevel, Digits sees byte-level characters and parts the two bytes of "²";
+// before it, "²" is one numeric character and stays whole. ByteLevel puts its prefix space in
+// front of every piece the steps before it made, not once per text.
+TEST(Bpe, PreTokenizersSeeWhatTheStepsBeforeThemMade) {
+  const json byte_level = {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", true},
+                           {"use_regex", false}};
+  const json digits = {{"type", "Digits"}, {"individual_digits", false}};
+  auto sequence = [](json a, json b) {
+    return json{{"type", "Sequence"}, {"pretokenizers", json::array({a, b})}};
+  };
+  auto encode = [](const json& pre, const std::string& text) {
+    return SubwordTokenizer::from_json(bytes_and_one_merge(pre), "t.json")->encode(text);
+  };
+  using Ids = std::vector<int64_t>;
+  EXPECT_EQ(encode(byte_level, "a\u00b2"), (Ids{'a', 256}));
+  EXPECT_EQ(encode(sequence(digits, byte_level), "a\u00b2"), (Ids{'a', 256}));
+  EXPECT_EQ(encode(sequence(byte_level, digits), "a\u00b2"), (Ids{'a', 0xC2, 0xB2}));
+  auto prefixed = byte_level;
+  prefixed["add_prefix_space"] = true;
+  const json dash = {{"type", "Split"},
+                     {"pattern", {{"String", "-"}}},
+                     {"behavior", "Isolated"},
+                     {"invert", false}};
+  EXPECT_EQ(encode(prefixed, "a-b"), (Ids{' ', 'a', '-', 'b'}));
+  EXPECT_EQ(encode(sequence(dash, prefixed), "a-b"), (Ids{' ', 'a', ' ', '-', ' ', 'b'}));
+  // A String pattern is a literal, regular expression characters included.
+  auto dots = dash;
+  dots["pattern"]["String"] = ".*";
+  dots["behavior"] = "Removed";
+  EXPECT_EQ(encode(sequence(dots, byte_level), "a.*b.c"), (Ids{'a', 'b', '.', 'c'}));
+  // Written back as read, and read back to the same encodings.
+  const auto pre = sequence(byte_level, digits);
+  const auto t = SubwordTokenizer::from_json(bytes_and_one_merge(pre), "t.json");
+  EXPECT_EQ(t->to_json()["pre_tokenizer"], pre);
+  const auto again = SubwordTokenizer::from_json(t->to_json(), "again.json");
+  EXPECT_EQ(again->encode("x\u00b2 12\u00b2"), t->encode("x\u00b2 12\u00b2"));
+}
+
+// Pre-tokens as HF's tokenizers 0.23 gives them (`preTokenizeString` in tests/node; ByteLevel's
+// characters written here as the bytes they stand for).
+TEST(Bpe, PreTokenizersCutTextAsHfDoes) {
+  using V = std::vector<std::string>;
+  auto pieces = [](const json& pre, const std::string& text) {
+    return SubwordTokenizer::from_json(bytes_and_one_merge(pre), "t.json")->pre_tokenize(text);
+  };
+  const json byte_level = {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", true},
+                           {"use_regex", false}};
+  auto seq = [](const json& first, const json& second) {
+    return json{{"type", "Sequence"}, {"pretokenizers", json::array({first, second})}};
+  };
+  auto then = [&](const json& first) { return seq(first, byte_level); };
+  const json whitespace = {{"type", "Whitespace"}};
+  // Words as Oniguruma's \w has them (Alphabetic, marks, decimal digits, connector
+  // punctuation, the joiners), the rest between spaces in runs; White_Space dropped.
+  EXPECT_EQ(pieces(then(whitespace), "Hey  friend! how's it? \u00e9_1 a\u0301b"),
+            (V{"Hey", "friend", "!", "how", "'", "s", "it", "?", "\u00e9_1", "a\u0301b"}));
+  for (const char* whole :
+       {"a\u216bb", "a\u200db", "a\u200cb", "a\u203fb", "a\u0663b", "a\u24b6b", "a\u3007b"})
+    EXPECT_EQ(pieces(then(whitespace), whole), V{whole}) << whole;
+  for (const char* other : {"\u00b2", "\U0001f600", "\u00ad", "\u2070"})
+    EXPECT_EQ(pieces(then(whitespace), std::string("a") + other + "b"), (V{"a", other, "b"}))
+        << other;
+  EXPECT_EQ(pieces(then(whitespace), "a b\u00a0c\u2028d\u0085e\u200bf\u3000h\x1ci"),
+            (V{"a", "b", "c", "d", "e", "\u200b", "f", "h", "\x1c", "i"}));
+  // Punctuation: ASCII's (symbols such as $ + < = > ^ ` | ~ among them) and Unicode's P*.
+  EXPECT_EQ(pieces(then({{"type", "Punctuation"}}), "a+b=c!!? d$ \u00abx\u00bb _^`|~\u20ac"),
+            (V{"a",      "+", "b",      "=", "c", "!", "!", "?", " d", "$",     " ",
+               "\u00ab", "x", "\u00bb", " ", "_", "^", "`", "|", "~",  "\u20ac"}));
+  EXPECT_EQ(pieces(then({{"type", "Punctuation"}, {"behavior", "Contiguous"}}), "c!!? d$ "),
+            (V{"c", "!!?", " d", "$", " "}));
+  // Digits before ByteLevel see characters; after it, byte-level characters: "²" (C2 B2) and
+  // "ಲ" (E0 B2 B2) lose their numeric-looking bytes to pieces of their own.
+  const json digit_runs = {{"type", "Digits"}, {"individual_digits", false}};
+  EXPECT_EQ(pieces(then(digit_runs), "a\u00b2b \u0cb2 12"), (V{"a", "\u00b2", "b \u0cb2 ", "12"}));
+  EXPECT_EQ(pieces(seq(byte_level, digit_runs), "a\u00b2b \u0cb2 12"),
+            (V{"a\xc2", "\xb2", "b \xe0", "\xb2\xb2", " ", "12"}));
+  EXPECT_EQ(pieces(then({{"type", "Digits"}, {"individual_digits", true}}), "x12"),
+            (V{"x", "1", "2"}));
+  // BertPreTokenizer: apart at whitespace, then each punctuation mark alone.
+  EXPECT_EQ(pieces(then({{"type", "BertPreTokenizer"}}), "Hey  friend!! how's\u00a0it?"),
+            (V{"Hey", "friend", "!", "!", "how", "'", "s", "it", "?"}));
 }
 
 TEST(Bpe, TrainsTheRequestedVocabularyWithBytesFirstAndSpecialsLast) {
@@ -1042,8 +1171,17 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   j["model"]["vocab"]["\u00c4\u00c4\u00c4\u00c4"] = a_id;  // bytes C4 C4 C4 C4 instead of 'A'
   expect_error(j, "byte 65");
   j = good;
-  j["pre_tokenizer"] = {{"type", "Whitespace"}};
-  expect_error(j, "pre-tokenizer type \"Whitespace\"");
+  j["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
+  expect_error(j, "pre-tokenizer type \"UnicodeScripts\" is not supported");
+  j = good;
+  j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sideways";
+  expect_error(j, "pretokenizers[0]: behavior \"Sideways\" is not one of Removed, Isolated");
+  j = good;
+  j["pre_tokenizer"]["pretokenizers"].push_back(j["pre_tokenizer"]["pretokenizers"][1]);
+  expect_error(j, "pretokenizers[2]: a second ByteLevel pre-tokenizer");
+  j = good;
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(x"}};
+  expect_error(j, "regular expression '(x' does not compile");
   j = good;
   j["model"]["vocab"].erase("A");
   j["model"]["vocab"]["\xE4\xB8\x80"] = a_id;  // not in the byte-level alphabet
@@ -1091,7 +1229,9 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   expect_error(j, "decoders[3]: after a Fuse only a Strip of at most one character");
   j = spm;
   j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}};
-  expect_error(j, "Split pre-tokenizers are only supported with byte-level BPE");
+  expect_error(j,
+               "Split, Digits, Punctuation, Whitespace and BertPreTokenizer pre-tokenizers are "
+               "only supported with byte-level BPE");
   j = spm;
   j["model"]["unk_token"] = "<oov>";
   expect_error(j, "model.unk_token \"<oov>\" is not in model.vocab");

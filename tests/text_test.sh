@@ -16,10 +16,11 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "text_test: FAIL: $*" >&2; exit 1; }
 text="$root/tests/data/text"
 
-# 1. Encodings agree with the reference, for every fixture document, in eight layouts of one
-#    tokenizer.json (ours, GPT-2's, Llama-3's, Qwen2's, a Sequence of normal forms, and the
-#    sentencepiece-style Llama-2, Mistral and one with unknown characters) and in one trained
-#    here with a normalizer. The fixtures are in NFC; one more document holds text that the
+# 1. Encodings agree with the reference, for every fixture document, in fourteen layouts of one
+#    tokenizer.json (ours, GPT-2's, Llama-3's, Qwen2's, a Sequence of normal forms, the
+#    sentencepiece-style Llama-2, Mistral and one with unknown characters, and the
+#    pre-tokenizer chains of StarCoder, Falcon, every Split behavior, Whitespace and
+#    BertPreTokenizer) and in one trained here with a normalizer. The fixtures are in NFC; one more document holds text that the
 #    normalizers change: combining marks out of canonical order, Hangul jamo, ligatures,
 #    full-width and circled forms, a chat marker next to a combining mark; another leading
 #    spaces, sentencepiece's added tokens, "▁" itself and text for added tokens with lstrip, rstrip
@@ -32,12 +33,24 @@ printf 'Cafe\xcc\x81 a\xcc\x82\xcc\xa3 \xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8 \xef
   > "$work/text/forms/a.txt"
 printf '  two spaces first <s>after a bos</s> and after an eos </s>\n\tA tab, \xe2\x96\x81 itself, \xf0\x9f\xa6\x80 <unk>\na  <mask> b\xc2\xa0<mask>\xe3\x80\x80<|assistant|>  \n hello word words sword (word). word_ ahi  yo  z x ord\n' \
   > "$work/text/forms/b.txt"
+# Numbers, punctuation and case for the pre-tokenizers that split on them (Digits, Punctuation,
+# Split behaviors, BertPreTokenizer): superscripts and fractions (numeric, and their bytes are
+# numeric byte-level characters), other scripts' digits, runs of marks, dashes and dots.
+printf 'Version 2.0.12 of the-final--countdown: 1234567 and 3.14159; x\xc2\xb2 + y\xc2\xb3 = z\xc2\xb9 (\xc2\xbd \xc2\xb7 \xc2\xbe)\n\xd9\xa3\xd9\xa4\xd9\xa5 \xe0\xa5\xaa\xe0\xa5\xa8 \xe0\xb3\xa7\xe0\xb3\xa8 \xe0\xb2\xb2\xe0\xb2\xb2 \xc2\xabquoted\xc2\xbb \xe2\x80\x94 wait\xe2\x80\xa6 \xc2\xbfqu\xc3\xa9?! \xc2\xa1s\xc3\xad!!! snake_case CamelCaseWord HTTPServer a,b;c:d e.f...\n  indented\tline -x --y\n' \
+  > "$work/text/forms/c.txt"
 "$lol" tokenizer train --input "$work/text" --vocab-size 600 --min-frequency 1 --normalizer nfkc \
   --out "$work/nfkc.json" 2>/dev/null
 grep -q '"normalizer":{"type":"NFKC"}' "$work/nfkc.json" || fail "no NFKC normalizer written"
-for v in tk gpt2 llama3 qwen2 nfkd lowercase nfkc llama2 mistral spm-unk; do
+# The pre-tokens alone (`lol tokenizer pretokenize`, HF's pre_tokenize_str) of every fixture line.
+find "$work/text" -name '*.txt' -print0 | sort -z | xargs -0 cat > "$work/fixture-lines.txt"
+for v in tk gpt2 llama3 qwen2 nfkd lowercase nfkc llama2 mistral spm-unk starcoder falcon behaviors \
+  whitespace bert; do
   "$lol" tokenizer encode --tokenizer "$work/$v.json" --input "$work/text" > "$work/$v.jsonl"
   node "$node_dir/tokenizer_reference.mjs" compare "$work/$v.json" "$work/$v.jsonl"
+  "$lol" tokenizer pretokenize --tokenizer "$work/$v.json" --lines < "$work/fixture-lines.txt" \
+    > "$work/$v.pre"
+  node "$node_dir/tokenizer_reference.mjs" pretokenize "$work/$v.json" "$work/fixture-lines.txt" \
+    "$work/$v.pre"
 done
 "$lol" tokenizer info --tokenizer "$work/llama2.json" > "$work/info.txt"
 grep -q "^kind *sentencepiece-style BPE" "$work/info.txt" || fail "tokenizer info: $(cat "$work/info.txt")"

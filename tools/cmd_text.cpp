@@ -48,8 +48,8 @@ void print_summary(const CorpusSummary& s) {
 void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& commands) {
   auto* cmd = app.add_subcommand(
       "tokenizer",
-      "train a byte-level BPE; encode, decode, normalize with or describe a tokenizer.json "
-      "(BPE, byte-level or sentencepiece-style, or Unigram)");
+      "train a byte-level BPE; encode, decode, normalize, pre-tokenize with or describe a "
+      "tokenizer.json (BPE, byte-level or sentencepiece-style, or Unigram)");
 
   struct TrainOpts {
     std::string input, out, normalizer = "none";
@@ -158,6 +158,35 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
       const size_t end = std::min(text.find('\n', at), text.size());
       std::cout << normalizer.apply(std::string_view(text).substr(at, end - at))
                 << (end < text.size() ? "\n" : "");
+      at = end + 1;
+    }
+  });
+  struct PreTokenizeOpts {
+    std::string tokenizer, text;
+    bool lines = false;
+  };
+  auto pt = std::make_shared<PreTokenizeOpts>();
+  auto* pretokenize = cmd->add_subcommand(
+      "pretokenize",
+      "the pieces the pre-tokenizer cuts a text (--text or stdin) into, as a JSON list (byte-level "
+      "pieces in their byte-level characters, as HF's pre_tokenize_str gives them)");
+  pretokenize->add_option("--tokenizer", pt->tokenizer, "tokenizer.json")->required();
+  pretokenize->add_option("--text", pt->text, "text to cut (default: stdin)");
+  pretokenize->add_flag("--lines", pt->lines, "cut each line of stdin on its own: a list per line");
+  commands.emplace_back(pretokenize, [pt] {
+    const auto tok = SubwordTokenizer::load(pt->tokenizer);
+    const std::string text = pt->text.empty() ? read_stdin() : pt->text;
+    LOL_CHECK(valid_utf8(text), "the text is not valid UTF-8");
+    auto print = [&](std::string_view part) {
+      json pieces = json::array();
+      for (const auto& p : tok->pre_tokenize(part))
+        pieces.push_back(tok->model().byte_level ? byte_level_text(p) : p);
+      std::cout << pieces.dump() << "\n";
+    };
+    if (!pt->lines) return print(text);
+    for (size_t at = 0; at < text.size();) {
+      const size_t end = std::min(text.find('\n', at), text.size());
+      print(std::string_view(text).substr(at, end - at));
       at = end + 1;
     }
   });

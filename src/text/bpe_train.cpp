@@ -149,7 +149,13 @@ std::unique_ptr<SubwordTokenizer> train_bpe(const std::vector<std::string>& docu
     m.added.push_back({static_cast<int64_t>(m.tokens.size()), s, true});
     m.tokens.emplace_back();
   }
-  m.patterns = {options.pattern};
+  add_pre_tokenizer({{"type", "Split"},
+                     {"pattern", {{"Regex", options.pattern}}},
+                     {"behavior", "Isolated"},
+                     {"invert", false}},
+                    "pattern", &m);
+  add_pre_tokenizer({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}},
+                    "ByteLevel", &m);
   if (progress) progress(m.merges.size(), target_merges);
   return std::make_unique<SubwordTokenizer>(std::move(m), "bpe");
 }

@@ -101,6 +101,83 @@ std::string RegexSplitter::replace(std::string_view text, std::string_view by) c
   return out.append(text.substr(done));
 }
 
+SplitBehavior parse_split_behavior(const std::string& name, const std::string& where) {
+  for (auto b :
+       {SplitBehavior::kRemoved, SplitBehavior::kIsolated, SplitBehavior::kMergedWithPrevious,
+        SplitBehavior::kMergedWithNext, SplitBehavior::kContiguous})
+    if (name == split_behavior_name(b)) return b;
+  fail(where, ": behavior \"", name,
+       "\" is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
+}
+
+const char* split_behavior_name(SplitBehavior behavior) {
+  switch (behavior) {
+    case SplitBehavior::kRemoved:
+      return "Removed";
+    case SplitBehavior::kIsolated:
+      return "Isolated";
+    case SplitBehavior::kMergedWithPrevious:
+      return "MergedWithPrevious";
+    case SplitBehavior::kMergedWithNext:
+      return "MergedWithNext";
+    case SplitBehavior::kContiguous:
+      return "Contiguous";
+  }
+  return "?";
+}
+
+void RegexSplitter::split(std::string_view text, SplitBehavior behavior, bool invert,
+                          std::vector<std::string_view>* pieces) const {
+  if (behavior == SplitBehavior::kIsolated) return split(text, pieces);  // the common case
+  // The text as consecutive regions, each a match or a stretch between matches.
+  struct Region {
+    size_t begin, end;
+    bool match;
+  };
+  thread_local std::vector<Region> regions;
+  regions.clear();
+  size_t gap = 0;
+  for_each_match(impl_->code, pattern_, text, /*at_end=*/false, [&](size_t begin, size_t end) {
+    if (end == begin) return;  // an empty match splits nothing
+    if (begin > gap) regions.push_back({gap, begin, invert});
+    regions.push_back({begin, end, !invert});
+    gap = end;
+  });
+  if (gap < text.size()) regions.push_back({gap, text.size(), invert});
+  auto emit = [&](size_t begin, size_t end) { pieces->push_back(text.substr(begin, end - begin)); };
+  const size_t n = regions.size();
+  switch (behavior) {
+    case SplitBehavior::kRemoved:
+      for (const auto& r : regions)
+        if (!r.match) emit(r.begin, r.end);
+      break;
+    case SplitBehavior::kMergedWithPrevious:  // a match after a stretch ends that stretch
+      for (size_t i = 0; i < n; ++i) {
+        const size_t begin = regions[i].begin;
+        if (!regions[i].match && i + 1 < n && regions[i + 1].match) ++i;
+        emit(begin, regions[i].end);
+      }
+      break;
+    case SplitBehavior::kMergedWithNext:  // a match before a stretch starts that stretch
+      for (size_t i = 0; i < n; ++i) {
+        const size_t begin = regions[i].begin;
+        if (regions[i].match && i + 1 < n && !regions[i + 1].match) ++i;
+        emit(begin, regions[i].end);
+      }
+      break;
+    case SplitBehavior::kContiguous:  // neighbours of one kind are one piece
+      for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && regions[j].match == regions[i].match) ++j;
+        emit(regions[i].begin, regions[j - 1].end);
+        i = j;
+      }
+      break;
+    case SplitBehavior::kIsolated:
+      break;
+  }
+}
+
 void RegexSplitter::split(std::string_view text, std::vector<std::string_view>* pieces) const {
   size_t gap = 0;  // start of the text not yet in a piece
   for_each_match(impl_->code, pattern_, text, /*at_end=*/false, [&](size_t begin, size_t end) {

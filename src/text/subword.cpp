@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <queue>
@@ -38,12 +39,6 @@ const ByteLevelTable& byte_level() {
   return table;
 }
 
-std::string to_visible(std::string_view bytes) {
-  std::string out;
-  for (unsigned char b : bytes) append_utf8(byte_level().to_char[b], &out);
-  return out;
-}
-
 // The bytes a tokenizer.json token stands for; false when the text is not valid UTF-8 or a
 // character is not in the table.
 bool from_visible(std::string_view text, std::string* bytes) {
@@ -63,42 +58,103 @@ const json& field(const json& j, const char* key, const std::string& where) {
   return j[key];
 }
 
-// A pre_tokenizer entry into `model`: Split (Isolated, not inverted) and ByteLevel are the
-// pieces byte-level BPE tokenizers are made of, Metaspace the sentencepiece-style one.
-void read_pre_tokenizer(const json& p, const std::string& type, const std::string& where,
-                        bool* byte_level_seen, SubwordTokenizer::Model* model) {
+// Character classes as HF's pre-tokenizers test them: Rust's char::is_whitespace (White_Space),
+// punctuation (ASCII punctuation or a Unicode P* category), and the \w and \s of HF's regex
+// engine (Oniguruma, as Unicode's TR18 defines them: Alphabetic, marks, decimal digits,
+// connector punctuation and the joiners; White_Space), which PCRE2's own \w and \s are not
+// (HF's Whitespace keeps "a\u200db" and "aⅫb" whole and parts "a²b").
+constexpr char kSpaceClass[] = R"([\t-\r\x{85}\p{Z}])";
+constexpr char kPunctuationClass[] =
+    R"([\p{P}\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}])";
+constexpr char kWhitespaceWords[] =
+    R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]+)"
+    R"(|[^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}\t-\r\x{85}\p{Z}]+)";
+
+// A literal as a PCRE2 pattern (a Split's {"String": ...}).
+std::string regex_literal(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (std::strchr("\\^$.|?*+()[]{}", c) && c != '\0') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string byte_level_text(std::string_view bytes) {
+  std::string out;
+  for (unsigned char b : bytes) append_utf8(byte_level().to_char[b], &out);
+  return out;
+}
+
+void add_pre_tokenizer(const json& p, const std::string& where, SubwordTokenizer::Model* model) {
+  using Pass = SubwordTokenizer::Model::SplitPass;
+  const auto type = string_field(p, "type", where);
+  auto pass = [&](std::string pattern, SplitBehavior behavior, bool invert = false) {
+    model->splits.push_back(Pass{std::move(pattern), behavior, invert, model->byte_level});
+  };
+  json entry = {{"type", type}};
   if (type == "ByteLevel") {
-    *byte_level_seen = true;
+    LOL_CHECK(!model->byte_level, where, ": a second ByteLevel pre-tokenizer");
     model->add_prefix_space = bool_field(p, "add_prefix_space", where);
-    if (bool_field(p, "use_regex", where, true)) model->patterns.push_back(kGpt2Pattern);
+    model->prefix_before = model->splits.size();
+    const bool use_regex = bool_field(p, "use_regex", where, true);
+    if (use_regex) pass(kGpt2Pattern, SplitBehavior::kIsolated);
+    model->byte_level = true;  // the passes after this see byte-level characters
+    entry["add_prefix_space"] = model->add_prefix_space;
+    entry["trim_offsets"] = bool_field(p, "trim_offsets", where, true);
+    entry["use_regex"] = use_regex;
   } else if (type == "Metaspace") {
     LOL_CHECK(!model->metaspace, where, ": a second Metaspace pre-tokenizer");
     model->metaspace = Metaspace::from_json(p, where);
     LOL_CHECK(!model->whitespace_split || model->metaspace->prepend != PrependScheme::kFirst, where,
               ": prepend_scheme \"first\" after WhitespaceSplit is not supported");
+    return;  // written back from the model's fields
   } else if (type == "WhitespaceSplit") {
     LOL_CHECK(!model->metaspace && !model->whitespace_split, where,
               ": WhitespaceSplit is supported once, before a Metaspace");
     model->whitespace_split = true;
+    return;
   } else if (type == "Split") {
     const auto& pattern = field(p, "pattern", where);
-    LOL_CHECK(!bool_field(p, "invert", where), where, ": inverted Split is not supported");
-    const auto behavior = string_field(p, "behavior", where, "Isolated");
-    LOL_CHECK(behavior == "Isolated", where, ": Split behavior \"", behavior,
-              "\" is not supported (only \"Isolated\")");
+    const bool invert = bool_field(p, "invert", where);
+    const auto behavior =
+        parse_split_behavior(string_field(p, "behavior", where, "Isolated"), where);
     if (pattern.contains("Regex") && pattern["Regex"].is_string()) {
-      model->patterns.push_back(pattern["Regex"].get<std::string>());
+      pass(pattern["Regex"].get<std::string>(), behavior, invert);
+      entry["pattern"] = {{"Regex", pattern["Regex"]}};
     } else if (pattern.contains("String") && pattern["String"].is_string()) {
-      std::string quoted = "\\Q" + pattern["String"].get<std::string>() + "\\E";
-      model->patterns.push_back(quoted);
+      pass(regex_literal(pattern["String"].get<std::string>()), behavior, invert);
+      entry["pattern"] = {{"String", pattern["String"]}};
     } else {
       fail(where, ".pattern needs \"Regex\" or \"String\"");
     }
+    entry["behavior"] = split_behavior_name(behavior);
+    entry["invert"] = invert;
+  } else if (type == "Digits") {
+    const bool individual = bool_field(p, "individual_digits", where);
+    pass(R"(\p{N})", individual ? SplitBehavior::kIsolated : SplitBehavior::kContiguous);
+    entry["individual_digits"] = individual;
+  } else if (type == "Punctuation") {
+    const auto behavior =
+        parse_split_behavior(string_field(p, "behavior", where, "Isolated"), where);
+    pass(kPunctuationClass, behavior);
+    entry["behavior"] = split_behavior_name(behavior);
+  } else if (type == "Whitespace") {  // words and runs of other non-space characters
+    pass(kWhitespaceWords, SplitBehavior::kRemoved, /*invert=*/true);
+  } else if (type == "BertPreTokenizer") {  // apart at whitespace, then each punctuation mark
+    pass(kSpaceClass, SplitBehavior::kRemoved);
+    pass(kPunctuationClass, SplitBehavior::kIsolated);
   } else {
     fail(where, ": pre-tokenizer type \"", type,
-         "\" is not supported (Split, ByteLevel, Metaspace, WhitespaceSplit, Sequence)");
+         "\" is not supported (ByteLevel, Split, Digits, Punctuation, Whitespace, "
+         "BertPreTokenizer, Metaspace, WhitespaceSplit, Sequence)");
   }
+  model->pre_tokenizers.push_back(std::move(entry));
 }
+
+namespace {
 
 // How many ids the vocabulary and the added tokens may use: ids number them densely (a few
 // holes are allowed), so a larger id is an error rather than a huge allocation.
@@ -232,15 +288,16 @@ SubwordTokenizer::SubwordTokenizer(Model model, std::string name)
   instance_ = ++instances;
   const auto n = static_cast<int32_t>(model_.tokens.size());
   const bool bytes = model_.byte_level;
-  auto shown = [&](const std::string& token) { return bytes ? to_visible(token) : token; };
+  auto shown = [&](const std::string& token) { return bytes ? byte_level_text(token) : token; };
   for (int32_t id = 0; id < n; ++id) {
     const auto& token = model_.tokens[id];
     if (token.empty()) continue;
     LOL_CHECK(by_bytes_.emplace(token, id).second, name_, ": tokens ", by_bytes_[token], " and ",
               id, " are the same ", bytes ? "bytes" : "text", " '", shown(token), "'");
   }
-  LOL_CHECK(bytes || model_.patterns.empty(), name_,
-            ": Split pre-tokenizers are only supported with byte-level BPE");
+  LOL_CHECK(bytes || model_.splits.empty(), name_,
+            ": Split, Digits, Punctuation, Whitespace and BertPreTokenizer pre-tokenizers are "
+            "only supported with byte-level BPE");
   LOL_CHECK(!bytes || (!model_.metaspace && !model_.whitespace_split && !model_.byte_fallback &&
                        !model_.unk),
             name_,
@@ -253,7 +310,8 @@ SubwordTokenizer::SubwordTokenizer(Model model, std::string name)
     const auto it = by_bytes_.find(bytes ? std::string(1, static_cast<char>(b))
                                          : std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">");
     LOL_CHECK(!bytes || it != by_bytes_.end(), name_, ": byte ", b, " ('",
-              to_visible(std::string(1, b)), "') has no token; a byte-level BPE needs all 256");
+              byte_level_text(std::string(1, b)),
+              "') has no token; a byte-level BPE needs all 256");
     byte_id_[b] = it != by_bytes_.end() && (bytes || model_.byte_fallback) ? it->second : -1;
   }
   if (model_.unigram) {
@@ -308,7 +366,8 @@ SubwordTokenizer::SubwordTokenizer(Model model, std::string name)
   for (auto& list : added_match_)
     std::stable_sort(list.begin(), list.end(),
                      [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
-  for (const auto& p : model_.patterns) splitters_.push_back(std::make_unique<RegexSplitter>(p));
+  for (const auto& p : model_.splits)
+    splitters_.push_back(std::make_unique<RegexSplitter>(p.pattern));
   if (!bytes)
     for (int first = 0; first < 2; ++first) {
       decoded_[first].resize(n);
@@ -510,12 +569,17 @@ void SubwordTokenizer::viterbi(std::string_view text, std::vector<int64_t>* ids)
   ids->insert(ids->end(), reversed.rbegin(), reversed.rend());
 }
 
-void SubwordTokenizer::encode_plain(std::string_view text, bool at_start,
-                                    std::vector<int64_t>* ids) const {
+std::vector<std::string> SubwordTokenizer::pre_tokenize(std::string_view text) const {
+  PreTokens t;
+  pre_tokenize(text, /*at_start=*/true, &t);
+  return {t.pieces.begin(), t.pieces.end()};
+}
+
+void SubwordTokenizer::pre_tokenize(std::string_view text, bool at_start, PreTokens* t) const {
   if (text.empty()) return;
-  std::string prefixed;
-  std::vector<std::string_view> pieces, next;
-  std::vector<std::string> words;  // WhitespaceSplit's words, with Metaspace's prefix
+  auto& pieces = t->pieces;
+  auto& words = t->words;
+  std::vector<std::string_view> next;
   if (model_.whitespace_split) {
     for (size_t at = 0; at < text.size();) {
       size_t end = at;
@@ -535,24 +599,58 @@ void SubwordTokenizer::encode_plain(std::string_view text, bool at_start,
       model_.metaspace->split_pieces(w, &pieces);
     }
   } else if (model_.metaspace) {
-    prefixed = model_.metaspace->apply(text, at_start);
-    model_.metaspace->split_pieces(prefixed, &pieces);
+    t->prefixed = model_.metaspace->apply(text, at_start);
+    model_.metaspace->split_pieces(t->prefixed, &pieces);
   } else {
-    if (model_.add_prefix_space && text.front() != ' ') {
-      prefixed = " " + std::string(text);
-      text = prefixed;
-    }
     pieces.push_back(text);
   }
-  for (const auto& s : splitters_) {
+  auto& spaced = t->spaced;
+  std::string chars;              // a piece as byte-level characters
+  std::vector<uint32_t> byte_at;  // byte of the piece at each offset of `chars`
+  std::vector<std::string_view> char_pieces;
+  for (size_t k = 0; k <= splitters_.size(); ++k) {
+    if (k == model_.prefix_before && model_.add_prefix_space) {
+      spaced.reserve(pieces.size());  // no reallocation: views into them stay valid
+      for (auto& p : pieces)
+        if (p.front() != ' ') p = spaced.emplace_back(" " + std::string(p));
+    }
+    if (k == splitters_.size()) break;
+    const auto& pass = model_.splits[k];
     next.clear();
-    for (auto p : pieces) s->split(p, &next);
+    for (auto p : pieces) {
+      if (!pass.on_byte_chars) {
+        splitters_[k]->split(p, pass.behavior, pass.invert, &next);
+        continue;
+      }
+      // Split as byte-level characters (a UTF-8 character's bytes can fall apart), each
+      // piece mapped back to the bytes its characters stand for.
+      chars.clear();
+      byte_at.clear();
+      for (size_t b = 0; b < p.size(); ++b) {
+        const size_t before = chars.size();
+        append_utf8(byte_level().to_char[static_cast<unsigned char>(p[b])], &chars);
+        byte_at.insert(byte_at.end(), chars.size() - before, static_cast<uint32_t>(b));
+      }
+      byte_at.push_back(static_cast<uint32_t>(p.size()));
+      char_pieces.clear();
+      splitters_[k]->split(chars, pass.behavior, pass.invert, &char_pieces);
+      for (auto c : char_pieces) {
+        const size_t begin = byte_at[c.data() - chars.data()];
+        next.push_back(p.substr(begin, byte_at[c.data() + c.size() - chars.data()] - begin));
+      }
+    }
     pieces.swap(next);
   }
+}
+
+void SubwordTokenizer::encode_plain(std::string_view text, bool at_start,
+                                    std::vector<int64_t>* ids) const {
+  PreTokens pre;
+  pre_tokenize(text, at_start, &pre);
   if (!word_cut_.empty()) {  // see the constructor: no merge crosses these cuts
-    next.clear();
+    std::vector<std::string_view> next;
     const auto& c = word_cut_;
-    for (auto p : pieces) {
+    for (auto p : pre.pieces) {
       size_t begin = 0;
       for (size_t at = p.find(c, 1); at != std::string_view::npos; at = p.find(c, at + c.size())) {
         if (at >= c.size() && p.compare(at - c.size(), c.size(), c) == 0) continue;  // in a run
@@ -561,7 +659,7 @@ void SubwordTokenizer::encode_plain(std::string_view text, bool at_start,
       }
       next.push_back(p.substr(begin));
     }
-    pieces.swap(next);
+    pre.pieces.swap(next);
   }
   // Text repeats its words: each thread keeps the merges of the pre-tokens it has seen with
   // this tokenizer (bounded; cleared when full or when another tokenizer is used).
@@ -576,7 +674,7 @@ void SubwordTokenizer::encode_plain(std::string_view text, bool at_start,
   }
   std::string key;
   std::vector<int64_t> merged;
-  for (auto p : pieces) {
+  for (auto p : pre.pieces) {
     if (p.size() > 256) {  // a whole text without a pre-tokenizer (Llama-2) is not a word
       encode_word(p, ids);
       continue;
@@ -714,17 +812,8 @@ json SubwordTokenizer::to_json() const {
                      {"special", t.special}});
   json pre_tokenizer, decoder;
   if (model_.byte_level) {
-    json pre = json::array();
-    for (const auto& p : model_.patterns)
-      pre.push_back({{"type", "Split"},
-                     {"pattern", {{"Regex", p}}},
-                     {"behavior", "Isolated"},
-                     {"invert", false}});
-    pre.push_back({{"type", "ByteLevel"},
-                   {"add_prefix_space", model_.add_prefix_space},
-                   {"trim_offsets", true},
-                   {"use_regex", false}});
-    pre_tokenizer = {{"type", "Sequence"}, {"pretokenizers", pre}};
+    const auto& pre = model_.pre_tokenizers;
+    pre_tokenizer = pre.size() == 1 ? pre[0] : json{{"type", "Sequence"}, {"pretokenizers", pre}};
     decoder = {{"type", "ByteLevel"},
                {"add_prefix_space", true},
                {"trim_offsets", true},
@@ -758,7 +847,7 @@ json SubwordTokenizer::to_json() const {
     for (size_t id = 0; id < model_.tokens.size(); ++id) {
       // Text tokens an added token also names stay in the vocabulary (Llama-2's <unk>).
       if (model_.tokens[id].empty() || (is_added[id] && model_.byte_level)) continue;
-      visible[id] = model_.byte_level ? to_visible(model_.tokens[id]) : model_.tokens[id];
+      visible[id] = model_.byte_level ? byte_level_text(model_.tokens[id]) : model_.tokens[id];
       spaced = spaced || visible[id].find(' ') != std::string::npos;
       vocab[visible[id]] = id;
     }
@@ -822,13 +911,12 @@ std::unique_ptr<SubwordTokenizer> SubwordTokenizer::from_json(const json& j,
 
   // A ByteLevel pre-tokenizer makes a byte-level BPE; without one the tokens are text
   // (sentencepiece-style), read with the decoder that turns them back into text.
-  bool byte_level_seen = false;
   if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null())
     for_each_component(j["pre_tokenizer"], name + ": pre_tokenizer", "pretokenizers",
-                       [&](const json& c, const std::string& kind, const std::string& at) {
-                         read_pre_tokenizer(c, kind, at, &byte_level_seen, &m);
+                       [&](const json& c, const std::string&, const std::string& at) {
+                         add_pre_tokenizer(c, at, &m);
                        });
-  m.byte_level = byte_level_seen;
+  const bool byte_level_seen = m.byte_level;
   LOL_CHECK(!byte_level_seen || !m.unigram, name,
             ": a Unigram model with a ByteLevel pre-tokenizer is not supported");
   LOL_CHECK(!byte_level_seen || !m.metaspace, name,

@@ -57,10 +57,24 @@ class SubwordTokenizer : public Tokenizer {
     std::vector<AddedToken> added;
     Normalizer normalizer;
     bool ignore_merges = false;  // a pre-token that is a whole token is not merged (Llama-3)
-    bool byte_level = true;
-    // Byte-level: Split pre-tokenizers applied in order, and ByteLevel's prefix space.
-    std::vector<std::string> patterns;
+    bool byte_level = false;     // set by a ByteLevel pre-tokenizer (add_pre_tokenizer)
+    // Byte-level: the pre-tokenizer as split passes in tokenizer.json's order. Each pass cuts
+    // every piece at its pattern's matches and keeps what `behavior` says (a Split; Digits,
+    // Punctuation, Whitespace and BertPreTokenizer are splits by character classes). The
+    // ByteLevel step puts a space in front of each piece that lacks one (add_prefix_space,
+    // before pass `prefix_before`) and, with use_regex, adds a pass of GPT-2's pattern; passes
+    // after that step see a piece as its byte-level characters, one per byte, as HF's do.
+    // `pre_tokenizers`: the entries read, with their fields, as to_json writes them back.
+    struct SplitPass {
+      std::string pattern;
+      SplitBehavior behavior = SplitBehavior::kIsolated;
+      bool invert = false;
+      bool on_byte_chars = false;
+    };
+    std::vector<SplitPass> splits;
+    size_t prefix_before = 0;
     bool add_prefix_space = false;
+    std::vector<json> pre_tokenizers;
     // Sentencepiece-style: the Metaspace pre-tokenizer if any (else each text between added
     // tokens is one pre-token), maybe after WhitespaceSplit (older T5 files), byte fallback, the
     // unknown token (consecutive unknown characters fused into one when fuse_unk), and the
@@ -99,6 +113,10 @@ class SubwordTokenizer : public Tokenizer {
   // What was read and how it will encode (`lol tokenizer info`): kind, sizes, normalizer,
   // pre-tokenizer, decoder, unknown token, special tokens, whether texts are cut into words.
   json describe() const;
+  // The pre-tokens of a plain text (normalized, no added tokens; at the start of the input),
+  // as their bytes: the pieces the model merges one by one (HF's pre_tokenize_str, ByteLevel's
+  // characters mapped back to bytes).
+  std::vector<std::string> pre_tokenize(std::string_view text) const;
   // The ids of one pre-token: after the merges, or Unigram's best segmentation (no added
   // tokens, no splitting).
   void encode_word(std::string_view pre_token, std::vector<int64_t>* ids) const;
@@ -109,6 +127,14 @@ class SubwordTokenizer : public Tokenizer {
   // single_word): each is appended to ids and the text between them goes to `plain`.
   void split_added(std::string_view text, bool normalized, std::vector<int64_t>* ids,
                    const std::function<void(std::string_view)>& plain) const;
+  // Pre-tokens as views into the text or into the strings that hold what was added to it
+  // (Metaspace's prefix, WhitespaceSplit's words, ByteLevel's prefix spaces).
+  struct PreTokens {
+    std::vector<std::string_view> pieces;
+    std::string prefixed;
+    std::vector<std::string> words, spaced;
+  };
+  void pre_tokenize(std::string_view text, bool at_start, PreTokens* out) const;
   // `at_start`: the text begins the input (Metaspace's "first" prepend scheme).
   void encode_plain(std::string_view text, bool at_start, std::vector<int64_t>* ids) const;
   // The base symbols of a pre-token: its bytes, or its characters (byte fallback, unknown).
@@ -139,5 +165,13 @@ class SubwordTokenizer : public Tokenizer {
   std::optional<int64_t> eos_, bos_, pad_;
   uint64_t instance_ = 0;  // tells the per-thread word caches apart
 };
+
+// Bytes as GPT-2's byte-level characters, one per byte, as a tokenizer.json spells byte-level
+// tokens (printable bytes stand for themselves, the others are U+0100 upwards: " " is "Ġ").
+std::string byte_level_text(std::string_view bytes);
+
+// Adds one entry of a tokenizer.json pre_tokenizer (not a Sequence: its entries one by one) to
+// `model`, after those added before. Throws naming `where` and what is not supported.
+void add_pre_tokenizer(const json& entry, const std::string& where, SubwordTokenizer::Model* model);
 
 }  // namespace lol
