@@ -253,6 +253,10 @@ TEST(Bpe, PreTokenizersCutTextAsHfDoes) {
             (V{"a\xc2", "\xb2", "b \xe0", "\xb2\xb2", " ", "12"}));
   EXPECT_EQ(pieces(then({{"type", "Digits"}, {"individual_digits", true}}), "x12"),
             (V{"x", "1", "2"}));
+  // CharDelimiterSplit: apart at one character, which goes (HF's Removed example).
+  EXPECT_EQ(
+      pieces(then({{"type", "CharDelimiterSplit"}, {"delimiter", "-"}}), "the-final--countdown"),
+      (V{"the", "final", "countdown"}));
   // BertPreTokenizer: apart at whitespace, then each punctuation mark alone.
   EXPECT_EQ(pieces(then({{"type", "BertPreTokenizer"}}), "Hey  friend!! how's\u00a0it?"),
             (V{"Hey", "friend", "!", "!", "how", "'", "s", "it", "?"}));
@@ -1179,6 +1183,9 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   j = good;
   j["pre_tokenizer"]["pretokenizers"].push_back(j["pre_tokenizer"]["pretokenizers"][1]);
   expect_error(j, "pretokenizers[2]: a second ByteLevel pre-tokenizer");
+  j = good;
+  j["pre_tokenizer"]["pretokenizers"][0] = {{"type", "CharDelimiterSplit"}, {"delimiter", "ab"}};
+  expect_error(j, "pretokenizers[0].delimiter must be one character");
   j = good;
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(x"}};
   expect_error(j, "regular expression '(x' does not compile");

@@ -141,6 +141,13 @@ void add_pre_tokenizer(const json& p, const std::string& where, SubwordTokenizer
         parse_split_behavior(string_field(p, "behavior", where, "Isolated"), where);
     pass(kPunctuationClass, behavior);
     entry["behavior"] = split_behavior_name(behavior);
+  } else if (type == "CharDelimiterSplit") {  // apart at one character, which goes
+    const auto delimiter = string_field(p, "delimiter", where);
+    LOL_CHECK(valid_utf8(delimiter) && !delimiter.empty() &&
+                  utf8_length(static_cast<unsigned char>(delimiter[0])) == delimiter.size(),
+              where, ".delimiter must be one character");
+    pass(regex_literal(delimiter), SplitBehavior::kRemoved);
+    entry["delimiter"] = delimiter;
   } else if (type == "Whitespace") {  // words and runs of other non-space characters
     pass(kWhitespaceWords, SplitBehavior::kRemoved, /*invert=*/true);
   } else if (type == "BertPreTokenizer") {  // apart at whitespace, then each punctuation mark
@@ -149,7 +156,7 @@ void add_pre_tokenizer(const json& p, const std::string& where, SubwordTokenizer
   } else {
     fail(where, ": pre-tokenizer type \"", type,
          "\" is not supported (ByteLevel, Split, Digits, Punctuation, Whitespace, "
-         "BertPreTokenizer, Metaspace, WhitespaceSplit, Sequence)");
+         "BertPreTokenizer, CharDelimiterSplit, Metaspace, WhitespaceSplit, Sequence)");
   }
   model->pre_tokenizers.push_back(std::move(entry));
 }

@@ -228,8 +228,9 @@ if (mode === "variants") {
   // single digits before ByteLevel; Falcon's runs of punctuation, ByteLevel, then digit runs and
   // groups of three digits on the byte-level characters (where the bytes of one character can
   // part); every Split behavior, inverted too, ByteLevel's prefix space on each piece, and a
-  // Split on "Ġ" that only the byte-level characters have; and two that drop the whitespace
-  // (Whitespace, BertPreTokenizer: their decodings lose it).
+  // Split on "Ġ" that only the byte-level characters have; two that drop the whitespace
+  // (Whitespace, BertPreTokenizer: their decodings lose it), and one that drops every "e"
+  // (CharDelimiterSplit), with ByteLevel's prefix space on each piece.
   const preTokenized = (...pretokenizers) => {
     const j = structuredClone(base);
     j.pre_tokenizer = { type: "Sequence", pretokenizers };
@@ -251,6 +252,7 @@ if (mode === "variants") {
                             byteLevel(true, true), split({ String: "Ġ" }, "Contiguous")),
     whitespace: preTokenized({ type: "Whitespace" }, byteLevel(false, false)),
     bert: preTokenized({ type: "BertPreTokenizer" }, byteLevel(false, false)),
+    chardelim: preTokenized({ type: "CharDelimiterSplit", delimiter: "e" }, byteLevel(true, true)),
   };
   for (const [name, layout] of Object.entries(layouts))
     writeFileSync(`${target}/${name}.json`, JSON.stringify(layout));
@@ -353,7 +355,7 @@ if (mode === "variants") {
   const prefix = json.pre_tokenizer?.add_prefix_space === true ||
     preSteps.some((p) => p.type === "ByteLevel" && p.add_prefix_space === true);
   // Pre-tokenizers that drop text (whitespace, or a Split's matches): decodings lose it.
-  const lossy = preSteps.some((p) => ["Whitespace", "BertPreTokenizer"].includes(p.type) ||
+  const lossy = preSteps.some((p) => ["Whitespace", "BertPreTokenizer", "CharDelimiterSplit"].includes(p.type) ||
     p.behavior === "Removed");
   // The text in the tokenizer's normal form(s), by JavaScript's own implementation, and
   // lowercased as HF's Lowercase does: each character alone (no final-sigma rule).
