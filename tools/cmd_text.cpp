@@ -1,4 +1,5 @@
 // lol tokenizer train|encode|decode|info and lol corpus build: text in and out of token ids.
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <iterator>
@@ -41,6 +42,24 @@ void print_summary(const CorpusSummary& s) {
   std::printf("train: %lld bytes, %lld tokens (%.2f bytes per token)\n",
               static_cast<long long>(bytes), static_cast<long long>(tokens),
               tokens ? static_cast<double>(bytes) / tokens : 0.0);
+}
+
+}  // namespace
+
+namespace {
+
+// The text of --text (`given`) or stdin, which must be UTF-8, whole or (`lines`) line by line:
+// `emit` sees each part and whether a newline followed it in the text.
+void for_each_part(const std::string& given, bool lines,
+                   const std::function<void(std::string_view, bool)>& emit) {
+  const std::string text = given.empty() ? read_stdin() : given;
+  LOL_CHECK(valid_utf8(text), "the text is not valid UTF-8");
+  if (!lines) return emit(text, false);
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    emit(std::string_view(text).substr(at, end - at), end < text.size());
+    at = end + 1;
+  }
 }
 
 }  // namespace
@@ -148,18 +167,9 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
   commands.emplace_back(normalize, [n] {
     const auto tok = SubwordTokenizer::load(n->tokenizer);
     const auto& normalizer = tok->model().normalizer;
-    const std::string text = n->text.empty() ? read_stdin() : n->text;
-    LOL_CHECK(valid_utf8(text), "the text is not valid UTF-8");
-    if (!n->lines) {
-      std::cout << normalizer.apply(text);
-      return;
-    }
-    for (size_t at = 0; at < text.size();) {
-      const size_t end = std::min(text.find('\n', at), text.size());
-      std::cout << normalizer.apply(std::string_view(text).substr(at, end - at))
-                << (end < text.size() ? "\n" : "");
-      at = end + 1;
-    }
+    for_each_part(n->text, n->lines, [&](std::string_view part, bool newline) {
+      std::cout << normalizer.apply(part) << (newline ? "\n" : "");
+    });
   });
   struct PreTokenizeOpts {
     std::string tokenizer, text;
@@ -175,20 +185,12 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
   pretokenize->add_flag("--lines", pt->lines, "cut each line of stdin on its own: a list per line");
   commands.emplace_back(pretokenize, [pt] {
     const auto tok = SubwordTokenizer::load(pt->tokenizer);
-    const std::string text = pt->text.empty() ? read_stdin() : pt->text;
-    LOL_CHECK(valid_utf8(text), "the text is not valid UTF-8");
-    auto print = [&](std::string_view part) {
+    for_each_part(pt->text, pt->lines, [&](std::string_view part, bool) {
       json pieces = json::array();
       for (const auto& p : tok->pre_tokenize(part))
         pieces.push_back(tok->model().byte_level ? byte_level_text(p) : p);
       std::cout << pieces.dump() << "\n";
-    };
-    if (!pt->lines) return print(text);
-    for (size_t at = 0; at < text.size();) {
-      const size_t end = std::min(text.find('\n', at), text.size());
-      print(std::string_view(text).substr(at, end - at));
-      at = end + 1;
-    }
+    });
   });
   struct InfoOpts {
     std::string tokenizer;
