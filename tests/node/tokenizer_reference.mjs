@@ -7,9 +7,10 @@
 //     pre-tokenizer (its own regex, a prefix space, merges as "a b"), merges as pairs and
 //     ignore_merges (Llama-3), Qwen2's (an NFC normalizer, its own Split pattern before a
 //     ByteLevel without regex, chat markers as special tokens, added tokens with lstrip, rstrip
-//     and single_word), a Sequence of NFKD and NFC normalizers, NFC then Lowercase, and three
+//     and single_word), a Sequence of NFKD and NFC normalizers, NFC then Lowercase, three
 //     sentencepiece-style layouts (Llama-2's, Mistral's, one with unknown characters: see
-//     sentencepieceLayouts).
+//     sentencepieceLayouts), and pre-tokenizer chains (StarCoder's, Falcon's, every Split
+//     behavior, Whitespace, BertPreTokenizer, CharDelimiterSplit: see `layouts`).
 //   node tokenizer_reference.mjs spm MODEL OUT_JSON
 //     converts a sentencepiece Unigram model (spm_train's MODEL.model) into the tokenizer.json
 //     that Hugging Face's converter writes for it (see spmToTokenizerJson), and into the older
@@ -24,6 +25,9 @@
 //   node tokenizer_reference.mjs normalize-diff LINES HF_OUT LOL_OUT
 //     the lines where two normalizations of LINES differ; fails unless each is explained by
 //     case pairs newer than Unicode 15 (for Lowercase: utf8proc has Unicode 15).
+//   node tokenizer_reference.mjs pretokenize TOKENIZER_JSON LINES LOL_OUT
+//     HF's pre-tokenizer on each line of LINES must give the pieces of `lol tokenizer
+//     pretokenize --lines` (LOL_OUT, a JSON list per line).
 //   node tokenizer_reference.mjs compare TOKENIZER_JSON DOCS_JSONL
 //     DOCS_JSONL: `lol tokenizer encode --input DIR` output, {source, text, ids, decoded} per
 //     line: HF's ids must equal ours, HF's decoding our decoding (and the text itself, in the
@@ -327,9 +331,6 @@ if (mode === "variants") {
               `than Unicode 15, ${unexplained} otherwise`);
   process.exit(unexplained === 0 && hf.length === lol.length ? 0 : 1);
 } else if (mode === "pretokenize") {
-  // node tokenizer_reference.mjs pretokenize TOKENIZER_JSON LINES LOL_OUT: HF's pre-tokenizer
-  // (pre_tokenize_str) on each line of LINES must give the pieces `lol tokenizer pretokenize
-  // --lines` wrote, a JSON list per line.
   const pre = Tokenizer.fromFile(tokenizerPath).getPreTokenizer();
   const input = readFileSync(target, "utf8").split("\n");
   if (input.at(-1) === "") input.pop();
@@ -429,6 +430,6 @@ if (mode === "variants") {
               `${exactDocs} decode to their text), ${mismatches} differ`);
   process.exit(mismatches === 0 && docs > 0 && (exactDocs > 0 || prefix || lossy) ? 0 : 1);
 } else {
-  console.error("usage: tokenizer_reference.mjs variants|spm|compare TOKENIZER_JSON|MODEL OUT_DIR|OUT_JSON|DOCS_JSONL");
+  console.error("usage: tokenizer_reference.mjs variants|spm|normal-lines|normalize|normalize-diff|pretokenize|compare ... (see the header)");
   process.exit(2);
 }
