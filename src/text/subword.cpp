@@ -375,6 +375,9 @@ SubwordTokenizer::SubwordTokenizer(Model model, std::string name)
                      [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
   for (const auto& p : model_.splits)
     splitters_.push_back(std::make_unique<RegexSplitter>(p.pattern));
+  first_byte_pass_ = model_.splits.size();
+  for (size_t k = model_.splits.size(); k-- > 0;)
+    if (model_.splits[k].on_byte_chars) first_byte_pass_ = k;
   if (!bytes)
     for (int first = 0; first < 2; ++first) {
       decoded_[first].resize(n);
@@ -578,15 +581,15 @@ void SubwordTokenizer::viterbi(std::string_view text, std::vector<int64_t>* ids)
 
 std::vector<std::string> SubwordTokenizer::pre_tokenize(std::string_view text) const {
   PreTokens t;
-  pre_tokenize(text, /*at_start=*/true, &t);
+  pre_tokenize(text, /*at_start=*/true, &t, splitters_.size());
   return {t.pieces.begin(), t.pieces.end()};
 }
 
-void SubwordTokenizer::pre_tokenize(std::string_view text, bool at_start, PreTokens* t) const {
+void SubwordTokenizer::pre_tokenize(std::string_view text, bool at_start, PreTokens* t,
+                                    size_t passes) const {
   if (text.empty()) return;
   auto& pieces = t->pieces;
   auto& words = t->words;
-  std::vector<std::string_view> next;
   if (model_.whitespace_split) {
     for (size_t at = 0; at < text.size();) {
       size_t end = at;
@@ -611,17 +614,23 @@ void SubwordTokenizer::pre_tokenize(std::string_view text, bool at_start, PreTok
   } else {
     pieces.push_back(text);
   }
+  run_passes(0, passes, t);
+}
+
+void SubwordTokenizer::run_passes(size_t from, size_t to, PreTokens* t) const {
+  auto& pieces = t->pieces;
   auto& spaced = t->spaced;
+  std::vector<std::string_view> next;
   std::string chars;              // a piece as byte-level characters
   std::vector<uint32_t> byte_at;  // byte of the piece at each offset of `chars`
   std::vector<std::string_view> char_pieces;
-  for (size_t k = 0; k <= splitters_.size(); ++k) {
+  for (size_t k = from; k <= to; ++k) {
     if (k == model_.prefix_before && model_.add_prefix_space) {
       spaced.reserve(pieces.size());  // no reallocation: views into them stay valid
       for (auto& p : pieces)
         if (p.front() != ' ') p = spaced.emplace_back(" " + std::string(p));
     }
-    if (k == splitters_.size()) break;
+    if (k == to) break;
     const auto& pass = model_.splits[k];
     next.clear();
     for (auto p : pieces) {
@@ -652,8 +661,10 @@ void SubwordTokenizer::pre_tokenize(std::string_view text, bool at_start, PreTok
 
 void SubwordTokenizer::encode_plain(std::string_view text, bool at_start,
                                     std::vector<int64_t>* ids) const {
+  // The passes that work on byte-level characters (after ByteLevel's) cut each piece on its
+  // own, so a piece's ids are cached as it stands before them: they run on a cache miss only.
   PreTokens pre;
-  pre_tokenize(text, at_start, &pre);
+  pre_tokenize(text, at_start, &pre, first_byte_pass_);
   if (!word_cut_.empty()) {  // see the constructor: no merge crosses these cuts
     std::vector<std::string_view> next;
     const auto& c = word_cut_;
@@ -681,16 +692,24 @@ void SubwordTokenizer::encode_plain(std::string_view text, bool at_start,
   }
   std::string key;
   std::vector<int64_t> merged;
+  PreTokens rest;  // a piece cut by the remaining passes
+  auto encode = [&](std::string_view p, std::vector<int64_t>* out) {
+    if (first_byte_pass_ == splitters_.size()) return encode_word(p, out);
+    rest.pieces.assign(1, p);
+    rest.spaced.clear();
+    run_passes(first_byte_pass_, splitters_.size(), &rest);
+    for (auto r : rest.pieces) encode_word(r, out);
+  };
   for (auto p : pre.pieces) {
     if (p.size() > 256) {  // a whole text without a pre-tokenizer (Llama-2) is not a word
-      encode_word(p, ids);
+      encode(p, ids);
       continue;
     }
     key.assign(p.data(), p.size());
     auto it = cache.ids.find(key);
     if (it == cache.ids.end()) {
       merged.clear();
-      encode_word(p, &merged);
+      encode(p, &merged);
       it = cache.ids.emplace(key, std::vector<int32_t>(merged.begin(), merged.end())).first;
     }
     ids->insert(ids->end(), it->second.begin(), it->second.end());

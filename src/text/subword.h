@@ -134,7 +134,10 @@ class SubwordTokenizer : public Tokenizer {
     std::string prefixed;
     std::vector<std::string> words, spaced;
   };
-  void pre_tokenize(std::string_view text, bool at_start, PreTokens* out) const;
+  // The initial cut (WhitespaceSplit, Metaspace) and the split passes before `passes`.
+  void pre_tokenize(std::string_view text, bool at_start, PreTokens* out, size_t passes) const;
+  // Split passes [from, to) (with ByteLevel's prefix space where it stands) on out->pieces.
+  void run_passes(size_t from, size_t to, PreTokens* out) const;
   // `at_start`: the text begins the input (Metaspace's "first" prepend scheme).
   void encode_plain(std::string_view text, bool at_start, std::vector<int64_t>* ids) const;
   // The base symbols of a pre-token: its bytes, or its characters (byte fallback, unknown).
@@ -146,6 +149,7 @@ class SubwordTokenizer : public Tokenizer {
   Model model_;
   std::string name_;
   std::vector<std::unique_ptr<RegexSplitter>> splitters_;
+  size_t first_byte_pass_ = 0;  // the first pass on byte-level characters, or splits.size()
   std::unordered_map<std::string, int32_t> by_bytes_;  // model pieces (not added tokens)
   // (left << 32 | right) -> (rank, merged id)
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merge_of_;
