@@ -368,11 +368,12 @@ void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
               "not extracted from");
     o->control.kind = tasks::parse_kind(o->task);
     o->control.rule = parse_enum<ModeRule>(o->rule, "--rule");
-    // (model directory, step, tokens) per point; a bare model directory is one point, at the
-    // step of its train_state.json when it has one (a checkpoint copied out of its run).
+    // (model directory, step, tokens, the run's checkpoint interval) per point; a bare model
+    // directory is one point, at the step of its train_state.json when it has one (a
+    // checkpoint copied out of its run).
     struct Point {
       std::string dir;
-      int64_t step = 0, tokens = 0;
+      int64_t step = 0, tokens = 0, interval = 0;
     };
     auto point = [](const std::string& dir) {
       Point p{dir};
@@ -381,6 +382,7 @@ void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
       p.step = state.step;
       p.tokens =
           state.step * state.config.batch_rows * state.config.seq_len * state.config.grad_accum;
+      p.interval = state.config.checkpoint_every;
       return p;
     };
     std::vector<Point> points;
@@ -390,14 +392,11 @@ void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
       points.push_back(point(resolve_model_dir(o->run)));
     } else {
       // Every k-th checkpoint interval of the run (as its last checkpoint has it), and the last.
-      const std::string state = points.back().dir + "/train_state.json";
-      const int64_t interval =
-          path_exists(state) ? read_json_file(state, TrainState::from_json).config.checkpoint_every
-                             : 0;
       std::vector<int64_t> steps;
       for (const auto& p : points) steps.push_back(p.step);
       std::vector<Point> picked;
-      for (size_t i : curve_checkpoints(steps, interval, o->every)) picked.push_back(points[i]);
+      for (size_t i : curve_checkpoints(steps, points.back().interval, o->every))
+        picked.push_back(points[i]);
       points = std::move(picked);
     }
     const auto device = selected_device();
