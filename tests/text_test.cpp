@@ -499,6 +499,59 @@ TEST(Normalizer, TokenizerJsonFormsAndSequencesRoundTrip) {
             "\u00e0bc i\u0307stanbul \u03c3\u03b1\u03c3 \u01c6\u01c6 \u00df \u0430b");
 }
 
+// HF's outputs (tokenizers 0.23, `normalize_str`) for StripAccents, as its own tests use it
+// (after NFKD, with Lowercase), and for BertNormalizer with each of its steps.
+TEST(Normalizer, StripAccentsAndBertNormalizerAsHfDoes) {
+  auto apply = [](const json& j, const std::string& text) {
+    return Normalizer::from_json(j, "n").apply(text);
+  };
+  const json nfkd_strip = {
+      {"type", "Sequence"},
+      {"normalizers", {{{"type", "NFKD"}}, {{"type", "StripAccents"}}, {{"type", "Lowercase"}}}}};
+  EXPECT_EQ(apply(nfkd_strip, "Me llamó"), "me llamo");
+  EXPECT_EQ(apply(nfkd_strip, "Cụ thể, bạn sẽ tham gia một nhóm…"),
+            "cu the, ban se tham gia mot nhom...");
+  EXPECT_EQ(apply(nfkd_strip, "ำน\u0e49ำ3ลำ"), "านา3ลา");  // U+0E33 = U+0E4D (Mn) + U+0E32
+  // Every mark goes: nonspacing, enclosing (U+20DD) and spacing (U+0903, Mc).
+  EXPECT_EQ(apply({{"type", "StripAccents"}}, "e\u0304\u0304\u0304o a\u20dd b\u0903c"), "eo a bc");
+  EXPECT_EQ(Normalizer::from_json(nfkd_strip, "n").to_json(), nfkd_strip);
+
+  auto bert = [](bool clean, bool chinese, const json& strip, bool lower) {
+    return json{{"type", "BertNormalizer"},
+                {"clean_text", clean},
+                {"handle_chinese_chars", chinese},
+                {"strip_accents", strip},
+                {"lowercase", lower}};
+  };
+  // strip_accents null follows lowercase (BERT's uncased models strip, cased ones do not).
+  EXPECT_EQ(apply(bert(true, true, nullptr, true), "Héllò hôw are ü?"), "hello how are u?");
+  EXPECT_EQ(apply(bert(true, true, nullptr, false), "Héllò 한국 我爱ab"), "Héllò 한국  我  爱 ab");
+  // Stripping leaves the text decomposed: Hangul syllables become their jamo.
+  EXPECT_EQ(apply(bert(true, true, true, false), "Héllò 한국 我爱ab"),
+            "Hello \u1112\u1161\u11ab\u1100\u116e\u11a8  我  爱 ab");
+  // clean_text: NUL, U+FFFD and Cc / Cf / Co characters go (tab, newline and return do not; a
+  // vertical tab and NEL are controls, so they go too), White_Space becomes a space.
+  const std::string nul(1, '\0');
+  EXPECT_EQ(apply(bert(true, false, false, false),
+                  nul + "a\u200bb\tc\u3000d\u0085e\ufffdf\x0bg\u00a0h\ue000i\nj\r"),
+            "ab c defg hi j ");
+  // handle_chinese_chars alone: spaces around the CJK ideographs, in every block BERT names.
+  EXPECT_EQ(apply(bert(false, true, false, false), nul + "a\u200bb\t我\u3000\U00020000"),
+            nul + "a\u200bb\t 我 \u3000 \U00020000 ");
+  const auto written = Normalizer::from_json(bert(true, false, nullptr, true), "n").to_json();
+  EXPECT_EQ(written, bert(true, false, true, true));  // null written as what it means
+  // HF requires the three flags; a missing one is one clear error, as there.
+  json partial = bert(true, true, nullptr, true);
+  partial.erase("lowercase");
+  try {
+    Normalizer::from_json(partial, "n");
+    ADD_FAILURE() << "loaded without lowercase";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n.lowercase must be true or false"), std::string::npos)
+        << e.what();
+  }
+}
+
 std::unique_ptr<SubwordTokenizer> with_normalizer(json j, const json& normalizer) {
   j["normalizer"] = normalizer;
   return SubwordTokenizer::from_json(j, "nfc");
@@ -1053,7 +1106,7 @@ TEST(Unigram, BrokenModelsAndUnknownTextWithoutAnUnknownTokenAreOneClearError) {
   j = unigram_json(true);
   j["pre_tokenizer"] = {{"type", "Sequence"},
                         {"pretokenizers", {j["pre_tokenizer"], {{"type", "WhitespaceSplit"}}}}};
-  expect_error(j, "WhitespaceSplit is supported once, before a Metaspace");
+  expect_error(j, "WhitespaceSplit is supported once, first (before a Metaspace)");
   j = unigram_json(true);
   j["pre_tokenizer"]["prepend_scheme"] = "first";
   j["pre_tokenizer"] = {{"type", "Sequence"},
@@ -1139,6 +1192,107 @@ TEST(Charsmap, RulesReplaceGraphemeClustersAndCharactersAsHfDoes) {
   }
 }
 
+// BERT's layout: BertNormalizer (uncased), BertPreTokenizer, WordPiece with a word limit of 8
+// characters, the WordPiece decoder with cleanup.
+json wordpiece_json() {
+  json vocab = json::object();
+  int id = 0;
+  for (const char* t :
+       {"[UNK]", "[CLS]", "[SEP]", "ba", "##na", "un",    "##aff", "##able", "the", ",", "'",
+        "s",     "##s",   "don",   "t",  "?",    "hello", "##ll",  "he",     "##o", "n", "##a"})
+    vocab[t] = id++;
+  json added = json::array();
+  for (const char* special : {"[UNK]", "[CLS]", "[SEP]"})
+    added.push_back({{"id", vocab[special]},
+                     {"content", special},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  return {{"version", "1.0"},
+          {"added_tokens", added},
+          {"normalizer",
+           {{"type", "BertNormalizer"},
+            {"clean_text", true},
+            {"handle_chinese_chars", true},
+            {"strip_accents", nullptr},
+            {"lowercase", true}}},
+          {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+          {"post_processor", nullptr},
+          {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+          {"model",
+           {{"type", "WordPiece"},
+            {"unk_token", "[UNK]"},
+            {"continuing_subword_prefix", "##"},
+            {"max_input_chars_per_word", 8},
+            {"vocab", vocab}}}};
+}
+
+// HF's tokens and decodings (tokenizers 0.23) for this layout: the longest token at each place,
+// a word no tokens cover or longer than 8 characters is [UNK] alone, and the decoder joins
+// continuations and cleans the spaces before punctuation.
+TEST(WordPiece, EncodesAndDecodesAsHfDoes) {
+  using V = std::vector<std::string>;
+  const auto t = SubwordTokenizer::from_json(wordpiece_json(), "bert");
+  struct Case {
+    std::string text;
+    V tokens;
+    std::string decoded;
+  };
+  for (const auto& c : std::vector<Case>{
+           {"banana nanana", {"ba", "##na", "##na", "n", "##a", "##na", "##na"}, "banana nanana"},
+           {"Unaffable, the BA's?",
+            {"[UNK]", ",", "the", "ba", "'", "s", "?"},
+            "[UNK], the ba ' s?"},
+           {"HeLLo hello hellooo",
+            {"hello", "hello", "hello", "##o", "##o"},
+            "hello hello hellooo"},
+           {"don't ba[SEP]na", {"don", "'", "t", "ba", "[SEP]", "n", "##a"}, "don ' t ba [SEP] na"},
+           {"bananananana banananana", {"[UNK]", "[UNK]"}, "[UNK] [UNK]"},
+           {"na n", {"n", "##a", "n"}, "na n"}}) {
+    EXPECT_EQ(token_texts(*t, c.text), c.tokens) << c.text;
+    EXPECT_EQ(t->decode(t->encode(c.text)), c.decoded) << c.text;
+  }
+  // "unaffable" has 9 characters; with a limit of 9 it is BERT's example.
+  auto j = wordpiece_json();
+  j["model"]["max_input_chars_per_word"] = 9;
+  const auto nine = SubwordTokenizer::from_json(j, "bert9");
+  EXPECT_EQ(nine->decode(nine->encode("unaffable")), "unaffable");
+  EXPECT_EQ(nine->encode("unaffable").size(), 3u);
+  // The decoder without cleanup on HF's own example: a first token keeps its "##".
+  j = wordpiece_json();
+  j["decoder"]["cleanup"] = false;
+  j["model"]["vocab"] = {{"[UNK]", 0},   {"[CLS]", 1}, {"[SEP]", 2}, {"##uelo", 3},
+                         {"Ara", 4},     {"##új", 5},  {"##o", 6},   {"No", 7},
+                         {"##guera", 8}, {"'", 9},     {"s", 10},    {".", 11}};
+  const auto raw = SubwordTokenizer::from_json(j, "raw");
+  EXPECT_EQ(raw->decode({3, 4, 5, 6, 7, 8, 9, 10, 11}), "##uelo Araújo Noguera ' s .");
+  EXPECT_EQ(raw->describe()["kind"], "WordPiece");
+  // BERT's separator ends documents (corpus builds need an end-of-text token), [CLS] begins.
+  EXPECT_EQ(t->eos(), 2);
+  EXPECT_EQ(t->bos(), 1);
+  // Written back as read (strip_accents null as what it means), and loads to the same tokenizer.
+  const auto again = SubwordTokenizer::from_json(json::parse(t->to_json().dump()), "again");
+  EXPECT_EQ(again->to_json(), t->to_json());
+  EXPECT_EQ(t->to_json()["pre_tokenizer"], json({{"type", "BertPreTokenizer"}}));
+  EXPECT_EQ(t->to_json()["model"]["max_input_chars_per_word"], 8);
+  for (const char* text : {"banana, the BA's?", "hellooo don't"})
+    EXPECT_EQ(again->encode(text), t->encode(text)) << text;
+}
+
+// Without a decoder HF joins the tokens with spaces, text BPE and WordPiece alike.
+TEST(WordPiece, NoDecoderJoinsTokensWithSpacesAsHfDoes) {
+  auto j = wordpiece_json();
+  j["decoder"] = nullptr;
+  const auto t = SubwordTokenizer::from_json(j, "bare");
+  EXPECT_EQ(t->decode(t->encode("banana, hello")), "ba ##na ##na , hello");
+  auto spm = sentencepiece_json("llama2");
+  spm["decoder"] = nullptr;
+  const auto s = SubwordTokenizer::from_json(spm, "bare-spm");
+  EXPECT_EQ(s->decode(s->encode("hi ab")), "\u2581hi \u2581ab");
+}
+
 TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   const auto good = small_bpe()->to_json();
   auto expect_error = [&](json j, const std::string& needle) {
@@ -1150,11 +1304,11 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
     }
   };
   auto j = good;
-  j["model"]["type"] = "WordPiece";
-  expect_error(j, "model type \"WordPiece\" is not supported (BPE, Unigram)");
+  j["model"]["type"] = "WordLevel";
+  expect_error(j, "model type \"WordLevel\" is not supported (BPE, Unigram, WordPiece)");
   j = good;
-  j["normalizer"] = {{"type", "StripAccents"}};
-  expect_error(j, "t.json: normalizer: normalizer type \"StripAccents\" is not supported");
+  j["normalizer"] = {{"type", "Nmt"}};
+  expect_error(j, "t.json: normalizer: normalizer type \"Nmt\" is not supported");
   j = good;
   j["normalizer"] = {{"type", "Sequence"},
                      {"normalizers", {{{"type", "NFC"}}, {{"type", "Precompiled"}}}}};
@@ -1229,19 +1383,34 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   j["normalizer"]["normalizers"][1] = {{"type", "Strip"}, {"strip_left", "yes"}};
   expect_error(j, "normalizer.normalizers[1].strip_left must be true or false");
   j = spm;
-  j["decoder"] = {{"type", "WordPiece"}};
-  expect_error(j, "decoder: decoder type \"WordPiece\" is not supported");
+  j["decoder"] = {{"type", "CTC"}};
+  expect_error(j, "decoder: decoder type \"CTC\" is not supported");
   j = spm;
   j["decoder"]["decoders"][3]["start"] = 2;
   expect_error(j, "decoders[3]: after a Fuse only a Strip of at most one character");
-  j = spm;
-  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}};
+  j = sentencepiece_json("first");
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", {{{"type", "Digits"}}, j["pre_tokenizer"]}}};
   expect_error(j,
                "Split, Digits, Punctuation, Whitespace and BertPreTokenizer pre-tokenizers are "
-               "only supported with byte-level BPE");
+               "not supported with Metaspace");
+  j = spm;
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", {{{"type", "Digits"}}, {{"type", "WhitespaceSplit"}}}}};
+  expect_error(j, "pretokenizers[1]: WhitespaceSplit is supported once, first");
   j = spm;
   j["model"]["unk_token"] = "<oov>";
   expect_error(j, "model.unk_token \"<oov>\" is not in model.vocab");
+  // WordPiece: the unknown token must be there; the word limit is a count.
+  j = wordpiece_json();
+  j["model"]["unk_token"] = "<oov>";
+  expect_error(j, "model.unk_token \"<oov>\" is not in model.vocab");
+  j = wordpiece_json();
+  j["model"]["max_input_chars_per_word"] = -1;
+  expect_error(j, "model.max_input_chars_per_word must be a count >= 0");
+  j = wordpiece_json();
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}};
+  expect_error(j, "a WordPiece model with a ByteLevel or Metaspace pre-tokenizer");
   j = sentencepiece_json("first");
   j["pre_tokenizer"]["prepend_scheme"] = "sometimes";
   expect_error(j, "prepend_scheme \"sometimes\" is not always, first or never");

@@ -214,8 +214,9 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
     line("vocabulary", std::to_string(desc["vocab_size"].get<int64_t>()) + " ids: " +
                            std::to_string(desc["model_tokens"].get<int64_t>()) + " model tokens, " +
                            std::to_string(desc["added_tokens"].size()) + " added; " +
-                           (desc["merges"].is_null()
-                                ? std::string("scored, no merges")
+                           (desc["kind"] == "Unigram" ? std::string("scored, no merges")
+                            : desc["kind"] == "WordPiece"
+                                ? std::string("longest match, no merges")
                                 : std::to_string(desc["merges"].get<int64_t>()) + " merges"));
     for (const char* part : {"normalizer", "pre_tokenizer", "decoder"}) line(part, desc[part]);
     if (desc["kind"] != "byte-level BPE") {
@@ -224,7 +225,11 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
                                 ? std::string("none")
                                 : desc["unknown_token"].get<std::string>() +
                                       (desc["fuse_unk"].get<bool>() ? " (runs fused)" : ""));
-      if (desc["kind"] != "Unigram")
+      if (desc["kind"] == "WordPiece")
+        line("words", "continued by \"" + desc["continuing_prefix"].get<std::string>() +
+                          "\", unknown past " +
+                          std::to_string(desc["max_word_chars"].get<int64_t>()) + " characters");
+      if (desc["kind"] == "sentencepiece-style BPE")
         line("word cuts", desc["cut_before"].is_null()
                               ? std::string("none (a token has the space mark after a character)")
                               : "before each run of " + desc["cut_before"].get<std::string>());

@@ -215,7 +215,10 @@ CorpusSummary build_corpus(const CorpusOptions& o,
                         std::to_string(o.tokenizer_bytes_per_label) + " bytes per label";
   }
   const auto eos = tokenizer->eos();
-  LOL_CHECK(eos.has_value(), "the tokenizer has no end-of-text token (<|endoftext|>)");
+  LOL_CHECK(
+      eos.has_value(),
+      "the tokenizer has no end-of-text token (an added <|endoftext|>, <|end_of_text|>, </s>, "
+      "<eos> or [SEP])");
 
   // Tokenize, end each document with <|endoftext|>, cut into chunks. The texts are valid
   // UTF-8 (checked above), but a tokenizer without an unknown token refuses a character it

@@ -121,6 +121,16 @@ void read(const json& j, const std::string& type, const std::string& where,
     step.charsmap = std::make_shared<const Charsmap>(step.text, where);
   } else if (type == "Lowercase") {
     step.kind = Normalizer::Step::kLowercase;
+  } else if (type == "StripAccents") {
+    step.kind = Normalizer::Step::kStripAccents;
+  } else if (type == "BertNormalizer") {
+    step.kind = Normalizer::Step::kBert;
+    for (const char* key : {"clean_text", "handle_chinese_chars", "lowercase"})  // as HF
+      LOL_CHECK(j.contains(key) && j[key].is_boolean(), where, ".", key, " must be true or false");
+    step.clean_text = j["clean_text"].get<bool>();
+    step.chinese_chars = j["handle_chinese_chars"].get<bool>();
+    step.lowercase = j["lowercase"].get<bool>();
+    step.strip_accents = bool_field(j, "strip_accents", where, step.lowercase);
   } else if (type == "Strip") {
     step.kind = Normalizer::Step::kStrip;
     step.left = bool_field(j, "strip_left", where, true);
@@ -130,7 +140,7 @@ void read(const json& j, const std::string& type, const std::string& where,
   } else {
     fail(where, ": normalizer type \"", type,
          "\" is not supported (NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip, Lowercase, "
-         "Precompiled, or a Sequence of them)");
+         "StripAccents, BertNormalizer, Precompiled, or a Sequence of them)");
   }
   steps->push_back(std::move(step));
 }
@@ -166,6 +176,85 @@ std::string lowercase(std::string_view text) {
     }
     append_utf8(static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))), &out);
   }
+  return out;
+}
+
+// `text` without the characters `drop` says go (by code point).
+template <typename Drop>
+std::string drop_characters(std::string_view text, Drop drop) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t at = 0; at < text.size();) {
+    const size_t len = utf8_length(static_cast<unsigned char>(text[at]));
+    if (!drop(code_point_at(text, at))) out.append(text.substr(at, len));
+    at += len;
+  }
+  return out;
+}
+
+utf8proc_category_t category(uint32_t cp) {
+  return utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+}
+
+// HF's StripAccents: every mark (Mn, Mc, Me) goes.
+std::string strip_accents(std::string_view text) {
+  return drop_characters(text, [](uint32_t cp) {
+    const auto c = category(cp);
+    return c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ME;
+  });
+}
+
+// The CJK ideograph blocks BERT puts spaces around (its `is_chinese_char`).
+bool cjk_ideograph(uint32_t cp) {
+  return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+         (cp >= 0x20000 && cp <= 0x2A6DF) || (cp >= 0x2A700 && cp <= 0x2B73F) ||
+         (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B920 && cp <= 0x2CEAF) ||
+         (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+
+// BertNormalizer, step by step as HF's: clean_text drops NUL, U+FFFD and the "other"
+// characters (Cc, Cf, Co, Cs; not unassigned ones, which HF keeps) but tab, newline and
+// return, then makes every White_Space character a space; handle_chinese_chars puts a space on
+// both sides of each CJK ideograph; strip_accents decomposes (NFD, left decomposed: Hangul
+// syllables become jamo, as in BERT) and drops nonspacing marks (Mn); lowercase as Lowercase.
+std::string bert(std::string_view text, const Normalizer::Step& s) {
+  std::string out(text);
+  if (s.clean_text) {
+    out = drop_characters(out, [](uint32_t cp) {
+      if (cp == '\t' || cp == '\n' || cp == '\r') return false;
+      const auto c = category(cp);
+      return cp == 0 || cp == 0xFFFD || c == UTF8PROC_CATEGORY_CC || c == UTF8PROC_CATEGORY_CF ||
+             c == UTF8PROC_CATEGORY_CO || c == UTF8PROC_CATEGORY_CS;
+    });
+    std::string spaced;
+    spaced.reserve(out.size());
+    for (size_t at = 0; at < out.size();) {
+      const size_t len = utf8_length(static_cast<unsigned char>(out[at]));
+      if (white_space(code_point_at(out, at)))
+        spaced.push_back(' ');
+      else
+        spaced.append(out, at, len);
+      at += len;
+    }
+    out.swap(spaced);
+  }
+  if (s.chinese_chars) {
+    std::string spaced;
+    spaced.reserve(out.size() + out.size() / 2);
+    for (size_t at = 0; at < out.size();) {
+      const size_t len = utf8_length(static_cast<unsigned char>(out[at]));
+      const bool cjk = cjk_ideograph(code_point_at(out, at));
+      if (cjk) spaced.push_back(' ');
+      spaced.append(out, at, len);
+      if (cjk) spaced.push_back(' ');
+      at += len;
+    }
+    out.swap(spaced);
+  }
+  if (s.strip_accents)
+    out = drop_characters(normalize(out, NormalForm::kNfd),
+                          [](uint32_t cp) { return category(cp) == UTF8PROC_CATEGORY_MN; });
+  if (s.lowercase) out = lowercase(out);
   return out;
 }
 
@@ -278,6 +367,14 @@ json Normalizer::to_json() const {
         return json{{"type", "Strip"}, {"strip_left", s.left}, {"strip_right", s.right}};
       case Step::kLowercase:
         return json{{"type", "Lowercase"}};
+      case Step::kStripAccents:
+        return json{{"type", "StripAccents"}};
+      case Step::kBert:
+        return json{{"type", "BertNormalizer"},
+                    {"clean_text", s.clean_text},
+                    {"handle_chinese_chars", s.chinese_chars},
+                    {"strip_accents", s.strip_accents},
+                    {"lowercase", s.lowercase}};
       case Step::kPrecompiled:
         return json{{"type", "Precompiled"}, {"precompiled_charsmap", s.text}};
       case Step::kForm:
@@ -312,6 +409,12 @@ std::string Normalizer::apply(std::string_view text) const {
         break;
       case Step::kLowercase:
         out = lowercase(out);
+        break;
+      case Step::kStripAccents:
+        out = strip_accents(out);
+        break;
+      case Step::kBert:
+        out = bert(out, s);
         break;
       case Step::kPrecompiled:
         out = s.charsmap->apply(out);

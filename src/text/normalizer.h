@@ -4,8 +4,8 @@
 // normalizes to NFC; built on utf8proc, docs/dependencies.md), the Prepend and Replace of
 // sentencepiece-style tokenizers (Llama-2's "Prepend ▁, Replace ' ' by ▁"; converted
 // sentencepiece models' "Precompiled character map, Strip the right end, Replace / {2,}/ by
-// ▁"), Lowercase, alone or in a Sequence. Anything else a tokenizer.json may name there
-// (StripAccents, BERT's) is refused by from_json with an error naming it.
+// ▁"), Lowercase, StripAccents and BERT's normalizer (BertNormalizer), alone or in a Sequence.
+// Anything else a tokenizer.json may name there is refused by from_json with an error naming it.
 #include <memory>
 #include <string>
 #include <string_view>
@@ -38,7 +38,9 @@ class Normalizer {
       kReplaceRegex,
       kStrip,
       kLowercase,
-      kPrecompiled
+      kPrecompiled,
+      kStripAccents,
+      kBert
     } kind = kForm;
     NormalForm form = NormalForm::kNfc;  // kForm
     // kPrepend: what goes in front; kReplace: what is replaced; kReplaceRegex: the pattern;
@@ -46,11 +48,17 @@ class Normalizer {
     std::string text;
     std::string by;                    // kReplace, kReplaceRegex: what replaces each match
     bool left = false, right = false;  // kStrip: the White_Space stripped at either end
+    // kBert: what BertNormalizer does, in this order: drops control characters and makes
+    // whitespace a space (clean_text), puts spaces around CJK ideographs (handle_chinese_chars),
+    // decomposes (NFD) and drops nonspacing marks (strip_accents; null in the file means the
+    // same as lowercase), lowercases.
+    bool clean_text = false, chinese_chars = false, strip_accents = false, lowercase = false;
     std::shared_ptr<const RegexSplitter> regex;  // kReplaceRegex: `text` compiled
     std::shared_ptr<const Charsmap> charsmap;    // kPrecompiled: `text` read
     bool operator==(const Step& o) const {
       return kind == o.kind && form == o.form && text == o.text && by == o.by && left == o.left &&
-             right == o.right;
+             right == o.right && clean_text == o.clean_text && chinese_chars == o.chinese_chars &&
+             strip_accents == o.strip_accents && lowercase == o.lowercase;
     }
   };
   Normalizer() = default;
@@ -58,7 +66,8 @@ class Normalizer {
   // A tokenizer.json `normalizer` value: null, {"type": "NFC"} (or NFD, NFKC, NFKD),
   // {"type": "Prepend", "prepend": S}, {"type": "Replace", "pattern": {"String": S} or
   // {"Regex": R}, "content": T}, {"type": "Strip", "strip_left": B, "strip_right": B},
-  // {"type": "Lowercase"},
+  // {"type": "Lowercase"}, {"type": "StripAccents"}, {"type": "BertNormalizer", "clean_text": B,
+  // "handle_chinese_chars": B, "strip_accents": B or null (or left out), "lowercase": B},
   // {"type": "Precompiled", "precompiled_charsmap": BASE64}, or {"type": "Sequence",
   // "normalizers": [...]} of those. Anything else throws naming `where`.
   static Normalizer from_json(const json& j, const std::string& where);
@@ -70,7 +79,9 @@ class Normalizer {
   const std::vector<Step>& steps() const { return steps_; }
   // As HF does: Prepend leaves empty text empty; Replace replaces every occurrence (match),
   // left to right; Strip takes Unicode White_Space off the chosen ends; Lowercase maps each
-  // character to its full lowercase (utf8proc's Unicode 15 tables).
+  // character to its full lowercase (utf8proc's Unicode 15 tables); StripAccents drops marks
+  // (Mn, Mc, Me); BertNormalizer as described at Step::clean_text. Character classes are
+  // utf8proc's (Unicode 15), where HF's tables are older: docs/text.md lists what differs.
   std::string apply(std::string_view text) const;  // text: valid UTF-8
 
  private:

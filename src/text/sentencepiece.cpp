@@ -23,6 +23,12 @@ int64_t count_field(const json& j, const char* key, const std::string& where) {
   return j[key].get<int64_t>();
 }
 
+// What the WordPiece decoder's cleanup replaces, in HF's order (each token on its own).
+const std::pair<std::string, std::string> kWordPieceCleanup[] = {
+    {" .", "."},   {" ?", "?"},     {" !", "!"},    {" ,", ","},
+    {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"},  {" do not", " don't"},
+    {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+
 // In one pass (replacing in place would move the rest of a long text at every occurrence).
 void replace_all(std::string* text, const std::string& what, const std::string& by) {
   size_t at = text->find(what);
@@ -145,10 +151,14 @@ void TokenDecoder::read(const json& j, const std::string& type, const std::strin
   } else if (type == "Metaspace") {
     s.kind = Step::kMetaspace;
     s.metaspace = Metaspace::from_json(j, where);
+  } else if (type == "WordPiece") {
+    s.kind = Step::kWordPiece;
+    s.text = string_field(j, "prefix", where, "##");
+    s.cleanup = bool_field(j, "cleanup", where, true);
   } else {
     fail(where, ": decoder type \"", type,
          "\" is not supported for text tokens (Replace, ByteFallback, Fuse, Strip, Metaspace, "
-         "Sequence)");
+         "WordPiece, Sequence)");
   }
   steps_.push_back(std::move(s));
 }
@@ -174,12 +184,16 @@ json TokenDecoder::to_json() const {
       case Step::kFuse:
         list.push_back({{"type", "Fuse"}});
         break;
+      case Step::kWordPiece:
+        list.push_back({{"type", "WordPiece"}, {"prefix", s.text}, {"cleanup", s.cleanup}});
+        break;
     }
   }
   return list.size() == 1 ? list[0] : json{{"type", "Sequence"}, {"decoders", list}};
 }
 
 std::string TokenDecoder::apply(std::string token, bool first) const {
+  if (steps_.empty()) return first ? token : " " + token;
   for (const auto& s : steps_) {
     switch (s.kind) {
       case Step::kReplace:
@@ -211,6 +225,16 @@ std::string TokenDecoder::apply(std::string token, bool first) const {
         replace_all(&token, s.metaspace.replacement, drop ? "" : " ");
         break;
       }
+      case Step::kWordPiece:
+        if (!first) {
+          if (token.compare(0, s.text.size(), s.text) == 0)  // (an empty prefix: always)
+            token.erase(0, s.text.size());
+          else
+            token.insert(0, " ");
+        }
+        if (s.cleanup)
+          for (const auto& [dirty, clean] : kWordPieceCleanup) replace_all(&token, dirty, clean);
+        break;
       case Step::kFuse:
         break;
     }

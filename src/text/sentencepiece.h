@@ -32,9 +32,12 @@ struct Metaspace {
 };
 
 // A tokenizer.json `decoder` for text tokens: a Sequence of Replace (of a string), ByteFallback
-// (<0xNN> tokens are that byte), Fuse, Strip and Metaspace, applied to each token as HF does and
+// (<0xNN> tokens are that byte), Fuse, Strip, Metaspace and WordPiece (BERT's: a token after the
+// first loses its continuing prefix "##" or gets a space in front, then `cleanup` takes the
+// spaces before punctuation and English contractions out), applied to each token as HF does and
 // then concatenated. After a Fuse the tokens are one text, so a Strip there may only take one
 // character from its start (Llama-2's Strip of a leading space). Anything else throws naming it.
+// Without a decoder (null) HF joins the tokens with spaces, and so does this.
 class TokenDecoder {
  public:
   static TokenDecoder from_json(const json& j, const std::string& where);  // null: identity
@@ -45,11 +48,13 @@ class TokenDecoder {
 
  private:
   struct Step {
-    enum Kind { kReplace, kByteFallback, kFuse, kStrip, kMetaspace } kind;
-    std::string text, by;         // kReplace: text -> by; kStrip: the character stripped (text)
+    enum Kind { kReplace, kByteFallback, kFuse, kStrip, kMetaspace, kWordPiece } kind;
+    // kReplace: text -> by; kStrip: the character stripped (text); kWordPiece: the prefix
+    std::string text, by;
     int64_t start = 0, stop = 0;  // kStrip: how many to strip from the start and the end
     Metaspace metaspace;          // kMetaspace
     bool fused = false;           // kStrip: after a Fuse, so applied to the whole text
+    bool cleanup = false;         // kWordPiece
   };
   void read(const json& j, const std::string& type, const std::string& where, bool* fused);
   std::vector<Step> steps_;

@@ -112,8 +112,8 @@ void add_pre_tokenizer(const json& p, const std::string& where, SubwordTokenizer
               ": prepend_scheme \"first\" after WhitespaceSplit is not supported");
     return;  // written back from the model's fields
   } else if (type == "WhitespaceSplit") {
-    LOL_CHECK(!model->metaspace && !model->whitespace_split, where,
-              ": WhitespaceSplit is supported once, before a Metaspace");
+    LOL_CHECK(!model->metaspace && !model->whitespace_split && model->splits.empty(), where,
+              ": WhitespaceSplit is supported once, first (before a Metaspace)");
     model->whitespace_split = true;
     return;
   } else if (type == "Split") {
@@ -192,8 +192,10 @@ void read_unigram(const json& model, const std::string& name, SubwordTokenizer::
   m->fuse_unk = true;  // HF's Unigram always fuses unknown characters
 }
 
-void read_bpe(const json& model, const std::string& name, const json& j,
-              SubwordTokenizer::Model* m) {
+// model.vocab as {token: id} into m->tokens (byte-level text mapped to bytes); returns the ids
+// by token as the model stores them.
+std::unordered_map<std::string, int32_t> read_vocab(const json& model, const std::string& name,
+                                                    const json& j, SubwordTokenizer::Model* m) {
   const auto& vocab = model["vocab"];
   LOL_CHECK(vocab.is_object(), name, ": model.vocab must map tokens to ids");
   const auto id_limit = id_limit_of(j, vocab.size());
@@ -217,6 +219,12 @@ void read_bpe(const json& model, const std::string& name, const json& j,
   std::unordered_map<std::string, int32_t> ids;
   for (size_t i = 0; i < m->tokens.size(); ++i)
     if (!m->tokens[i].empty()) ids.emplace(m->tokens[i], static_cast<int32_t>(i));
+  return ids;
+}
+
+void read_bpe(const json& model, const std::string& name, const json& j,
+              SubwordTokenizer::Model* m) {
+  const auto ids = read_vocab(model, name, j, m);
   const auto& merges = field(model, "merges", name + ": model");
   LOL_CHECK(merges.is_array(), name, ": model.merges must be a list");
   std::string left_bytes, right_bytes;
@@ -251,6 +259,26 @@ void read_bpe(const json& model, const std::string& name, const json& j,
     // A byte-level BPE never needs it (every byte is a token); its name is not kept.
     if (!m->byte_level) m->unk = it->second;
   }
+}
+
+void read_wordpiece(const json& model, const std::string& name, const json& j,
+                    SubwordTokenizer::Model* m) {
+  const auto where = name + ": model";
+  LOL_CHECK(!m->byte_level && !m->metaspace, name,
+            ": a WordPiece model with a ByteLevel or Metaspace pre-tokenizer is not supported");
+  const auto ids = read_vocab(model, name, j, m);
+  m->wordpiece = true;
+  m->continuing_prefix = string_field(model, "continuing_subword_prefix", where, "##");
+  const auto& max =
+      model.contains("max_input_chars_per_word") ? model["max_input_chars_per_word"] : json(100);
+  LOL_CHECK(max.is_number_integer() && max.get<int64_t>() >= 0, where,
+            ".max_input_chars_per_word must be a count >= 0");
+  m->max_word_chars = max.get<int64_t>();
+  // HF fails on the first word that needs it when it is missing; refused here on load.
+  const auto unk = string_field(model, "unk_token", where, "[UNK]");
+  const auto it = ids.find(unk);
+  LOL_CHECK(it != ids.end(), where, ".unk_token \"", unk, "\" is not in model.vocab");
+  m->unk = it->second;
 }
 
 // The added tokens (ids checked against the vocabulary's size: see id_limit_of).
@@ -302,9 +330,11 @@ SubwordTokenizer::SubwordTokenizer(Model model, std::string name)
     LOL_CHECK(by_bytes_.emplace(token, id).second, name_, ": tokens ", by_bytes_[token], " and ",
               id, " are the same ", bytes ? "bytes" : "text", " '", shown(token), "'");
   }
-  LOL_CHECK(bytes || model_.splits.empty(), name_,
+  LOL_CHECK(!model_.metaspace || model_.splits.empty(), name_,
             ": Split, Digits, Punctuation, Whitespace and BertPreTokenizer pre-tokenizers are "
-            "only supported with byte-level BPE");
+            "not supported with Metaspace");
+  LOL_CHECK(!model_.wordpiece || (!bytes && !model_.unigram && model_.merges.empty() && model_.unk),
+            name_, ": a WordPiece model has text tokens, no merges and an unknown token");
   LOL_CHECK(!bytes || (!model_.metaspace && !model_.whitespace_split && !model_.byte_fallback &&
                        !model_.unk),
             name_,
@@ -392,7 +422,7 @@ SubwordTokenizer::SubwordTokenizer(Model model, std::string name)
   // repeat (and are cached). Not with ignore_merges (a whole pre-token that is a token stays
   // one), nor when "▁" is not itself a token (an unknown run would end at the cut).
   // (Not for Unigram: its segmentation's ties depend on the scores summed from the start.)
-  if (!bytes && !model_.ignore_merges && !model_.unigram) {
+  if (!bytes && !model_.ignore_merges && !model_.unigram && !model_.wordpiece) {
     const std::string c = model_.metaspace ? model_.metaspace->replacement : "\u2581";
     bool cut = by_bytes_.count(c) > 0;
     for (const auto& token : model_.tokens) {
@@ -402,9 +432,11 @@ SubwordTokenizer::SubwordTokenizer(Model model, std::string name)
     }
     if (cut) word_cut_ = c;
   }
-  eos_ = named_token(model_.added, {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"});
-  bos_ = named_token(model_.added, {"<|begin_of_text|>", "<|startoftext|>", "<s>", "<bos>"});
-  pad_ = named_token(model_.added, {"<|pad|>", "<pad>"});
+  // BERT's files have no end-of-text token; its separator ends a document there.
+  eos_ = named_token(model_.added, {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "[SEP]"});
+  bos_ =
+      named_token(model_.added, {"<|begin_of_text|>", "<|startoftext|>", "<s>", "<bos>", "[CLS]"});
+  pad_ = named_token(model_.added, {"<|pad|>", "<pad>", "[PAD]"});
 }
 
 void SubwordTokenizer::symbols(std::string_view pre_token, std::vector<int32_t>* sym) const {
@@ -444,6 +476,7 @@ void SubwordTokenizer::symbols(std::string_view pre_token, std::vector<int32_t>*
 void SubwordTokenizer::encode_word(std::string_view pre_token, std::vector<int64_t>* ids) const {
   if (pre_token.empty()) return;
   if (model_.unigram) return viterbi(pre_token, ids);
+  if (model_.wordpiece) return word_pieces(pre_token, ids);
   if (model_.ignore_merges) {
     const auto it = by_bytes_.find(std::string(pre_token));
     if (it != by_bytes_.end()) {
@@ -577,6 +610,34 @@ void SubwordTokenizer::viterbi(std::string_view text, std::vector<int64_t>* ids)
     end = start;
   }
   ids->insert(ids->end(), reversed.rbegin(), reversed.rend());
+}
+
+void SubwordTokenizer::word_pieces(std::string_view word, std::vector<int64_t>* ids) const {
+  const auto unknown = [&] { ids->push_back(*model_.unk); };
+  std::vector<size_t> ends;  // the end of each character
+  for (size_t at = 0; at < word.size();)
+    ends.push_back(at += utf8_length(static_cast<unsigned char>(word[at])));
+  if (static_cast<int64_t>(ends.size()) > model_.max_word_chars) return unknown();
+  const size_t before = ids->size();
+  std::string candidate;
+  for (size_t start = 0, first = 0; start < word.size();) {  // first: index of start's character
+    const std::string_view prefix = start > 0 ? model_.continuing_prefix : std::string_view();
+    bool found = false;
+    for (size_t k = ends.size(); k-- > first;) {  // longest first
+      candidate.assign(prefix).append(word.substr(start, ends[k] - start));
+      const auto it = by_bytes_.find(candidate);
+      if (it == by_bytes_.end()) continue;
+      ids->push_back(it->second);
+      start = ends[k];
+      first = k + 1;
+      found = true;
+      break;
+    }
+    if (!found) {
+      ids->resize(before);
+      return unknown();
+    }
+  }
 }
 
 std::vector<std::string> SubwordTokenizer::pre_tokenize(std::string_view text) const {
@@ -804,24 +865,28 @@ json SubwordTokenizer::describe() const {
   json added = json::array();
   for (const auto& t : j["added_tokens"]) added.push_back(t);
   auto id_or_null = [](const std::optional<int64_t>& id) { return id ? json(*id) : json(nullptr); };
-  return {{"kind", model_.unigram      ? "Unigram"
-                   : model_.byte_level ? "byte-level BPE"
-                                       : "sentencepiece-style BPE"},
-          {"vocab_size", vocab_size()},
-          {"model_tokens", j["model"]["vocab"].size()},
-          {"merges", model_.unigram ? json(nullptr) : json(model_.merges.size())},
-          {"added_tokens", added},
-          {"normalizer", j["normalizer"]},
-          {"pre_tokenizer", j["pre_tokenizer"]},
-          {"decoder", j["decoder"]},
-          {"byte_fallback", model_.byte_fallback},
-          {"unknown_token", model_.unk ? json(model_.tokens[*model_.unk]) : json(nullptr)},
-          {"fuse_unk", model_.fuse_unk},
-          {"ignore_merges", model_.ignore_merges},
-          {"cut_before", word_cut_.empty() ? json(nullptr) : json(word_cut_)},
-          {"bos", id_or_null(bos_)},
-          {"eos", id_or_null(eos_)},
-          {"pad", id_or_null(pad_)}};
+  return {
+      {"kind", model_.unigram      ? "Unigram"
+               : model_.wordpiece  ? "WordPiece"
+               : model_.byte_level ? "byte-level BPE"
+                                   : "sentencepiece-style BPE"},
+      {"vocab_size", vocab_size()},
+      {"model_tokens", j["model"]["vocab"].size()},
+      {"merges", model_.unigram || model_.wordpiece ? json(nullptr) : json(model_.merges.size())},
+      {"added_tokens", added},
+      {"normalizer", j["normalizer"]},
+      {"pre_tokenizer", j["pre_tokenizer"]},
+      {"decoder", j["decoder"]},
+      {"byte_fallback", model_.byte_fallback},
+      {"unknown_token", model_.unk ? json(model_.tokens[*model_.unk]) : json(nullptr)},
+      {"fuse_unk", model_.fuse_unk},
+      {"ignore_merges", model_.ignore_merges},
+      {"cut_before", word_cut_.empty() ? json(nullptr) : json(word_cut_)},
+      {"continuing_prefix", model_.wordpiece ? json(model_.continuing_prefix) : json(nullptr)},
+      {"max_word_chars", model_.wordpiece ? json(model_.max_word_chars) : json(nullptr)},
+      {"bos", id_or_null(bos_)},
+      {"eos", id_or_null(eos_)},
+      {"pad", id_or_null(pad_)}};
 }
 
 json SubwordTokenizer::to_json() const {
@@ -845,14 +910,14 @@ json SubwordTokenizer::to_json() const {
                {"trim_offsets", true},
                {"use_regex", true}};
   } else {
-    if (model_.metaspace) pre_tokenizer = model_.metaspace->to_json();
-    if (model_.whitespace_split) {
-      const json split = {{"type", "WhitespaceSplit"}};
-      pre_tokenizer =
-          pre_tokenizer.is_null()
-              ? split
-              : json{{"type", "Sequence"}, {"pretokenizers", json::array({split, pre_tokenizer})}};
-    }
+    // WhitespaceSplit comes first and Metaspace last (add_pre_tokenizer); splits have no
+    // Metaspace (the constructor).
+    json steps = json::array();
+    if (model_.whitespace_split) steps.push_back({{"type", "WhitespaceSplit"}});
+    for (const auto& p : model_.pre_tokenizers) steps.push_back(p);
+    if (model_.metaspace) steps.push_back(model_.metaspace->to_json());
+    if (steps.size() == 1) pre_tokenizer = steps[0];
+    if (steps.size() > 1) pre_tokenizer = {{"type", "Sequence"}, {"pretokenizers", steps}};
     decoder = model_.decoder.to_json();
   }
   json model;
@@ -864,6 +929,15 @@ json SubwordTokenizer::to_json() const {
              {"unk_id", model_.unk ? json(*model_.unk) : json(nullptr)},
              {"vocab", scored},
              {"byte_fallback", model_.byte_fallback}};
+  } else if (model_.wordpiece) {
+    json vocab = json::object();
+    for (size_t id = 0; id < model_.tokens.size(); ++id)
+      if (!model_.tokens[id].empty()) vocab[model_.tokens[id]] = id;
+    model = {{"type", "WordPiece"},
+             {"unk_token", model_.tokens[*model_.unk]},
+             {"continuing_subword_prefix", model_.continuing_prefix},
+             {"max_input_chars_per_word", model_.max_word_chars},
+             {"vocab", vocab}};
   } else {
     json vocab = json::object();
     std::vector<std::string> visible(model_.tokens.size());
@@ -924,13 +998,15 @@ std::unique_ptr<SubwordTokenizer> SubwordTokenizer::from_json(const json& j,
   const auto& model = field(j, "model", name);
   LOL_CHECK(model.is_object(), name, ": model is not an object");
   const auto type = string_field(model, "type", name + ": model", "BPE");
-  LOL_CHECK(type == "BPE" || type == "Unigram", name, ": model type \"", type,
-            "\" is not supported (BPE, Unigram)");
+  LOL_CHECK(type == "BPE" || type == "Unigram" || type == "WordPiece", name, ": model type \"",
+            type, "\" is not supported (BPE, Unigram, WordPiece)");
   m.unigram = type == "Unigram";
-  for (const char* unsupported : {"continuing_subword_prefix", "end_of_word_suffix", "dropout"})
-    LOL_CHECK(!model.contains(unsupported) || model[unsupported].is_null() ||
-                  (model[unsupported].is_string() && model[unsupported].get<std::string>().empty()),
-              name, ": model.", unsupported, " is not supported");
+  if (type == "BPE")
+    for (const char* unsupported : {"continuing_subword_prefix", "end_of_word_suffix", "dropout"})
+      LOL_CHECK(
+          !model.contains(unsupported) || model[unsupported].is_null() ||
+              (model[unsupported].is_string() && model[unsupported].get<std::string>().empty()),
+          name, ": model.", unsupported, " is not supported");
   m.ignore_merges = bool_field(model, "ignore_merges", name + ": model");
   if (j.contains("normalizer"))
     m.normalizer = Normalizer::from_json(j["normalizer"], name + ": normalizer");
@@ -957,6 +1033,8 @@ std::unique_ptr<SubwordTokenizer> SubwordTokenizer::from_json(const json& j,
   field(model, "vocab", name + ": model");
   if (m.unigram) {
     read_unigram(model, name, &m);
+  } else if (type == "WordPiece") {
+    read_wordpiece(model, name, j, &m);
   } else {
     read_bpe(model, name, j, &m);
   }

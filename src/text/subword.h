@@ -1,15 +1,15 @@
 #pragma once
-// BPE tokenizers (docs/text.md) in two kinds, and sentencepiece's Unigram. Byte-level BPE is
-// GPT-2's scheme, where the 256 byte values are the base tokens, so every UTF-8 text (indeed
-// every byte string) encodes and decodes exactly, with no unknown token; it is what `lol
-// tokenizer train` makes. Sentencepiece-style BPE (Llama-2, Mistral) has text tokens whose base
-// symbols are characters; a character that is not a token becomes the <0xNN> tokens of its
+// BPE tokenizers (docs/text.md) in two kinds, sentencepiece's Unigram and BERT's WordPiece.
+// Byte-level BPE is GPT-2's scheme, where the 256 byte values are the base tokens, so every UTF-8
+// text (indeed every byte string) encodes and decodes exactly, with no unknown token; it is what
+// `lol tokenizer train` makes. Sentencepiece-style BPE (Llama-2, Mistral) has text tokens whose
+// base symbols are characters; a character that is not a token becomes the <0xNN> tokens of its
 // bytes (byte fallback) or the unknown token. Either way added tokens (<|endoftext|>) are
 // matched first, then the text between them is normalized (the tokenizer.json's normalizer, if
 // any) and split into pre-tokens (regular expressions, or Metaspace), and each pre-token's
 // symbols are merged by the ranked merge list. A Unigram model (converted sentencepiece models)
 // has text tokens with scores instead of merges, and takes each pre-token's segmentation of
-// highest score.
+// highest score. A WordPiece model (BERT) takes the longest tokens from each pre-token's start.
 // Stored as a Hugging Face tokenizer.json, so tokenizers trained here load in the HF libraries
 // and BPE tokenizers from there (GPT-2, Llama-2, Llama-3, Mistral, Qwen2 style) load here.
 #include <bitset>
@@ -91,6 +91,13 @@ class SubwordTokenizer : public Tokenizer {
     // (runs fused, or their <0xNN> tokens with byte fallback).
     bool unigram = false;
     std::vector<double> scores;
+    // WordPiece (BERT) instead of merges: a pre-token is the longest token it starts with, then
+    // at each next place the longest continuing token (`continuing_prefix` + text), as HF's
+    // WordPiece does; one that no tokens cover, or longer than `max_word_chars` characters, is
+    // the unknown token alone.
+    bool wordpiece = false;
+    std::string continuing_prefix = "##";
+    int64_t max_word_chars = 100;
   };
 
   SubwordTokenizer(Model model, std::string name);
@@ -111,7 +118,8 @@ class SubwordTokenizer : public Tokenizer {
 
   const Model& model() const { return model_; }
   // What was read and how it will encode (`lol tokenizer info`): kind, sizes, normalizer,
-  // pre-tokenizer, decoder, unknown token, special tokens, whether texts are cut into words.
+  // pre-tokenizer, decoder, unknown token, special tokens, whether texts are cut into words,
+  // WordPiece's continuing prefix and word limit.
   json describe() const;
   // The pre-tokens of a plain text (normalized, no added tokens; at the start of the input),
   // as their bytes: the pieces the model merges one by one (HF's pre_tokenize_str, ByteLevel's
@@ -143,7 +151,8 @@ class SubwordTokenizer : public Tokenizer {
   // The base symbols of a pre-token: its bytes, or its characters (byte fallback, unknown).
   void symbols(std::string_view pre_token, std::vector<int32_t>* sym) const;
   void merge_long(const std::vector<int32_t>& symbols, std::vector<int64_t>* ids) const;
-  void viterbi(std::string_view pre_token, std::vector<int64_t>* ids) const;  // Unigram
+  void viterbi(std::string_view pre_token, std::vector<int64_t>* ids) const;      // Unigram
+  void word_pieces(std::string_view pre_token, std::vector<int64_t>* ids) const;  // WordPiece
   const std::string* token_text(int64_t id) const;  // null for an unused id
 
   Model model_;

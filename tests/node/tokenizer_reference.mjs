@@ -10,7 +10,8 @@
 //     and single_word), a Sequence of NFKD and NFC normalizers, NFC then Lowercase, three
 //     sentencepiece-style layouts (Llama-2's, Mistral's, one with unknown characters: see
 //     sentencepieceLayouts), and pre-tokenizer chains (StarCoder's, Falcon's, every Split
-//     behavior, Whitespace, BertPreTokenizer, CharDelimiterSplit: see `layouts`).
+//     behavior, Whitespace, BertPreTokenizer, CharDelimiterSplit: see `layouts`), and two
+//     WordPiece layouts, BERT's uncased one and a cased one (see wordpieceLayouts).
 //   node tokenizer_reference.mjs spm MODEL OUT_JSON
 //     converts a sentencepiece Unigram model (spm_train's MODEL.model) into the tokenizer.json
 //     that Hugging Face's converter writes for it (see spmToTokenizerJson), and into the older
@@ -197,6 +198,77 @@ function sentencepieceLayouts(base) {
   };
 }
 
+// WordPiece layouts of a byte-level tokenizer.json: each of its tokens that is whole UTF-8 text
+// without whitespace is a token that starts a word and, with "##", one that continues it; one
+// with a leading space only starts a word. [PAD], [UNK], [CLS], [SEP] and [MASK] come first.
+// Characters no token covers make their word [UNK].
+//   wordpiece: BERT's uncased layout (BertNormalizer lowercasing, so stripping accents too,
+//              BertPreTokenizer, the WordPiece decoder with cleanup, TemplateProcessing)
+//   wordpiece-cased: BertNormalizer without lowercase or stripping, then NFKD and StripAccents;
+//              WhitespaceSplit, Punctuation and single Digits; words of at most 10 characters;
+//              the decoder without cleanup
+function wordpieceLayouts(base) {
+  const toByte = new Map();
+  let next = 256;
+  for (let b = 0; b < 256; ++b) {
+    const printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    toByte.set(String.fromCodePoint(printable ? b : next++), b);
+  }
+  const utf8 = new TextDecoder("utf-8", { fatal: true });
+  const specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
+  const make = (lower) => {
+    const vocab = {};
+    let id = 0;
+    const add = (t) => { if (t && !(t in vocab)) vocab[t] = id++; };
+    specials.forEach(add);
+    for (const [visible] of Object.entries(base.model.vocab).sort((x, y) => x[1] - y[1])) {
+      let text;
+      try {
+        text = utf8.decode(Uint8Array.from([...visible].map((c) => toByte.get(c))));
+      } catch {
+        continue;  // part of a character
+      }
+      if (lower) text = text.toLowerCase();
+      const word = text.replace(/^ /, "");
+      if (/\s/.test(word) || !word) continue;
+      add(word);
+      if (word === text) add("##" + word);
+    }
+    return vocab;
+  };
+  const added = (vocab) => specials.map((content) => ({ id: vocab[content], content, single_word: false,
+    lstrip: false, rstrip: false, normalized: false, special: true }));
+  const bert = (lowercase, strip_accents) =>
+    ({ type: "BertNormalizer", clean_text: true, handle_chinese_chars: true, strip_accents, lowercase });
+  const uncased = make(true), cased = make(false);
+  return {
+    wordpiece: {
+      version: "1.0", truncation: null, padding: null, added_tokens: added(uncased),
+      normalizer: bert(true, null), pre_tokenizer: { type: "BertPreTokenizer" },
+      post_processor: { type: "TemplateProcessing",
+        single: [{ SpecialToken: { id: "[CLS]", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } },
+                 { SpecialToken: { id: "[SEP]", type_id: 0 } }],
+        pair: [{ Sequence: { id: "A", type_id: 0 } }, { Sequence: { id: "B", type_id: 1 } }],
+        special_tokens: { "[CLS]": { id: "[CLS]", ids: [uncased["[CLS]"]], tokens: ["[CLS]"] },
+                          "[SEP]": { id: "[SEP]", ids: [uncased["[SEP]"]], tokens: ["[SEP]"] } } },
+      decoder: { type: "WordPiece", prefix: "##", cleanup: true },
+      model: { type: "WordPiece", unk_token: "[UNK]", continuing_subword_prefix: "##",
+               max_input_chars_per_word: 100, vocab: uncased },
+    },
+    "wordpiece-cased": {
+      version: "1.0", truncation: null, padding: null, added_tokens: added(cased),
+      normalizer: { type: "Sequence", normalizers: [bert(false, false), { type: "NFKD" },
+                                                    { type: "StripAccents" }] },
+      pre_tokenizer: { type: "Sequence", pretokenizers: [{ type: "WhitespaceSplit" },
+        { type: "Punctuation", behavior: "Isolated" }, { type: "Digits", individual_digits: true }] },
+      post_processor: null,
+      decoder: { type: "WordPiece", prefix: "##", cleanup: false },
+      model: { type: "WordPiece", unk_token: "[UNK]", continuing_subword_prefix: "##",
+               max_input_chars_per_word: 10, vocab: cased },
+    },
+  };
+}
+
 if (mode === "variants") {
   const base = JSON.parse(readFileSync(tokenizerPath, "utf8"));
   const gpt2 = structuredClone(base);
@@ -260,7 +332,7 @@ if (mode === "variants") {
   };
   for (const [name, layout] of Object.entries(layouts))
     writeFileSync(`${target}/${name}.json`, JSON.stringify(layout));
-  for (const [name, layout] of Object.entries(sentencepieceLayouts(base)))
+  for (const [name, layout] of Object.entries({ ...sentencepieceLayouts(base), ...wordpieceLayouts(base) }))
     writeFileSync(`${target}/${name}.json`, JSON.stringify(layout));
   writeFileSync(`${target}/gpt2.json`, JSON.stringify(gpt2));
   writeFileSync(`${target}/llama3.json`, JSON.stringify(pairs));
@@ -268,7 +340,7 @@ if (mode === "variants") {
   writeFileSync(`${target}/nfkd.json`, JSON.stringify(nfkd));
   writeFileSync(`${target}/lowercase.json`, JSON.stringify(lowercase));
   console.log("variants: gpt2.json llama3.json qwen2.json nfkd.json lowercase.json llama2.json mistral.json " +
-              "spm-unk.json " + Object.keys(layouts).map((n) => `${n}.json`).join(" "));
+              "spm-unk.json wordpiece.json wordpiece-cased.json " + Object.keys(layouts).map((n) => `${n}.json`).join(" "));
 } else if (mode === "spm") {
   const converted = spmToTokenizerJson(readFileSync(tokenizerPath));
   writeFileSync(target, JSON.stringify(converted));
@@ -356,8 +428,9 @@ if (mode === "variants") {
   const prefix = json.pre_tokenizer?.add_prefix_space === true ||
     preSteps.some((p) => p.type === "ByteLevel" && p.add_prefix_space === true);
   // Pre-tokenizers that drop text (whitespace, or a Split's matches): decodings lose it.
+  // WordPiece decodings put spaces between words, wherever the pre-tokenizer cut.
   const lossy = preSteps.some((p) => ["Whitespace", "BertPreTokenizer", "CharDelimiterSplit"].includes(p.type) ||
-    p.behavior === "Removed");
+    p.behavior === "Removed") || json.model.type === "WordPiece";
   // The text in the tokenizer's normal form(s), by JavaScript's own implementation, and
   // lowercased as HF's Lowercase does: each character alone (no final-sigma rule).
   const forms = (!json.normalizer ? [] : json.normalizer.type === "Sequence"
