@@ -144,21 +144,24 @@ function withFlaggedTokens(j) {
   return j;
 }
 
-function sentencepieceLayouts(base) {
-  const toByte = new Map();
-  let next = 256;
-  for (let b = 0; b < 256; ++b) {
-    const printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-    toByte.set(String.fromCodePoint(printable ? b : next++), b);
+// The text a byte-level token stands for (GPT-2's byte-level characters back to bytes), or null
+// for a token of part of a character.
+const byteOfChar = new Map();
+for (let b = 0, next = 256; b < 256; ++b) {
+  const printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+  byteOfChar.set(String.fromCodePoint(printable ? b : next++), b);
+}
+function byteLevelTokenText(visible) {
+  try {
+    return new TextDecoder("utf-8", { fatal: true })
+      .decode(Uint8Array.from([...visible].map((c) => byteOfChar.get(c))));
+  } catch {
+    return null;
   }
-  const utf8 = new TextDecoder("utf-8", { fatal: true });
-  const textOf = (visible) => {
-    try {
-      return utf8.decode(Uint8Array.from([...visible].map((c) => toByte.get(c)))).replaceAll(" ", "\u2581");
-    } catch {
-      return null;  // a token of part of a character
-    }
-  };
+}
+
+function sentencepieceLayouts(base) {
+  const textOf = (visible) => byteLevelTokenText(visible)?.replaceAll(" ", "\u2581") ?? null;
   const specials = ["<unk>", "<s>", "</s>"];
   const vocab = {};
   specials.forEach((t, i) => { vocab[t] = i; });
@@ -208,13 +211,6 @@ function sentencepieceLayouts(base) {
 //              WhitespaceSplit, Punctuation and single Digits; words of at most 10 characters;
 //              the decoder without cleanup
 function wordpieceLayouts(base) {
-  const toByte = new Map();
-  let next = 256;
-  for (let b = 0; b < 256; ++b) {
-    const printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-    toByte.set(String.fromCodePoint(printable ? b : next++), b);
-  }
-  const utf8 = new TextDecoder("utf-8", { fatal: true });
   const specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
   const make = (lower) => {
     const vocab = {};
@@ -222,12 +218,8 @@ function wordpieceLayouts(base) {
     const add = (t) => { if (t && !(t in vocab)) vocab[t] = id++; };
     specials.forEach(add);
     for (const [visible] of Object.entries(base.model.vocab).sort((x, y) => x[1] - y[1])) {
-      let text;
-      try {
-        text = utf8.decode(Uint8Array.from([...visible].map((c) => toByte.get(c))));
-      } catch {
-        continue;  // part of a character
-      }
+      let text = byteLevelTokenText(visible);
+      if (text === null) continue;  // part of a character
       if (lower) text = text.toLowerCase();
       const word = text.replace(/^ /, "");
       if (/\s/.test(word) || !word) continue;
