@@ -500,8 +500,8 @@ TEST(Normalizer, TokenizerJsonFormsAndSequencesRoundTrip) {
 }
 
 // HF's outputs (tokenizers 0.23, `normalize_str`) for StripAccents, as its own tests use it
-// (after NFKD, with Lowercase), and for BertNormalizer with each of its steps.
-TEST(Normalizer, StripAccentsAndBertNormalizerAsHfDoes) {
+// (after NFKD, with Lowercase), for BertNormalizer with each of its steps, and for Nmt.
+TEST(Normalizer, StripAccentsBertAndNmtAsHfDoes) {
   auto apply = [](const json& j, const std::string& text) {
     return Normalizer::from_json(j, "n").apply(text);
   };
@@ -538,6 +538,13 @@ TEST(Normalizer, StripAccentsAndBertNormalizerAsHfDoes) {
   // handle_chinese_chars alone: spaces around the CJK ideographs, in every block BERT names.
   EXPECT_EQ(apply(bert(false, true, false, false), nul + "a\u200bb\t我\u3000\U00020000"),
             nul + "a\u200bb\t 我 \u3000 \U00020000 ");
+  // Nmt: ASCII and two C1 controls go (not NEL), listed spaces become one (not U+00A0, U+3000).
+  EXPECT_EQ(apply({{"type", "Nmt"}},
+                  "a\u0001b\tc\nd\x0b"
+                  "e\x0c"
+                  "f\rg\x1fh\x7fi\u0085j\u008fk\u009fl\u1680m\u200bn"
+                  "\u200fo\u2028p\u2581q\ufeffr\ufffds\u00a0t\u3000u"),
+            "ab c de f ghi\u0085jkl m n o p q r s\u00a0t\u3000u");
   const auto written = Normalizer::from_json(bert(true, false, nullptr, true), "n").to_json();
   EXPECT_EQ(written, bert(true, false, true, true));  // null written as what it means
   // HF requires the three flags; a missing one is one clear error, as there.
@@ -1307,8 +1314,8 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   j["model"]["type"] = "WordLevel";
   expect_error(j, "model type \"WordLevel\" is not supported (BPE, Unigram, WordPiece)");
   j = good;
-  j["normalizer"] = {{"type", "Nmt"}};
-  expect_error(j, "t.json: normalizer: normalizer type \"Nmt\" is not supported");
+  j["normalizer"] = {{"type", "ByteLevel"}};
+  expect_error(j, "t.json: normalizer: normalizer type \"ByteLevel\" is not supported");
   j = good;
   j["normalizer"] = {{"type", "Sequence"},
                      {"normalizers", {{{"type", "NFC"}}, {{"type", "Precompiled"}}}}};

@@ -16,8 +16,8 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "text_test: FAIL: $*" >&2; exit 1; }
 text="$root/tests/data/text"
 
-# 1. Encodings agree with the reference, for every fixture document, in seventeen layouts of
-#    one tokenizer.json (ours, GPT-2's, Llama-3's, Qwen2's, a Sequence of normal forms, the
+# 1. Encodings agree with the reference, for every fixture document, in eighteen layouts of
+#    one tokenizer.json (ours, GPT-2's, Llama-3's, Qwen2's, a Sequence of normal forms, Nmt, the
 #    sentencepiece-style Llama-2, Mistral and one with unknown characters, the pre-tokenizer
 #    chains of StarCoder, Falcon, every Split behavior, Whitespace, BertPreTokenizer and
 #    CharDelimiterSplit, and WordPiece as BERT's uncased files and a cased one with
@@ -44,7 +44,7 @@ printf 'Version 2.0.12 of the-final--countdown: 1234567 and 3.14159; x\xc2\xb2 +
 grep -q '"normalizer":{"type":"NFKC"}' "$work/nfkc.json" || fail "no NFKC normalizer written"
 # The pre-tokens alone (`lol tokenizer pretokenize`, HF's pre_tokenize_str) of every fixture line.
 find "$work/text" -name '*.txt' -print0 | sort -z | xargs -0 cat > "$work/fixture-lines.txt"
-for v in tk gpt2 llama3 qwen2 nfkd lowercase nfkc llama2 mistral spm-unk starcoder falcon behaviors \
+for v in tk gpt2 llama3 qwen2 nfkd lowercase nmt nfkc llama2 mistral spm-unk starcoder falcon behaviors \
   whitespace bert chardelim wordpiece wordpiece-cased; do
   "$lol" tokenizer encode --tokenizer "$work/$v.json" --input "$work/text" > "$work/$v.jsonl"
   node "$node_dir/tokenizer_reference.mjs" compare "$work/$v.json" "$work/$v.jsonl"
@@ -90,7 +90,7 @@ grep -q '"Precompiled"' "$work/unigram-nmt_nfkc.json" || fail "the nmt_nfkc mode
 # compatibility mappings of characters added since Unicode 12.1 (U+32FF, U+A7F2, U+10780...),
 # which utf8proc (Unicode 15) has; those 194 lines differ, by design of the Unicode versions.
 node "$node_dir/tokenizer_reference.mjs" normal-lines "$work/lines.txt"
-for v in unigram-nmt_nfkc qwen2 llama2; do
+for v in unigram-nmt_nfkc qwen2 llama2 nmt; do
   node "$node_dir/tokenizer_reference.mjs" normalize "$work/$v.json" "$work/lines.txt" > "$work/hf-normal.txt"
   "$lol" tokenizer normalize --tokenizer "$work/$v.json" --lines < "$work/lines.txt" > "$work/lol-normal.txt"
   cmp -s "$work/hf-normal.txt" "$work/lol-normal.txt" ||

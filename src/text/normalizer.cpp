@@ -123,6 +123,8 @@ void read(const json& j, const std::string& type, const std::string& where,
     step.kind = Normalizer::Step::kLowercase;
   } else if (type == "StripAccents") {
     step.kind = Normalizer::Step::kStripAccents;
+  } else if (type == "Nmt") {
+    step.kind = Normalizer::Step::kNmt;
   } else if (type == "BertNormalizer") {
     step.kind = Normalizer::Step::kBert;
     for (const char* key : {"clean_text", "handle_chinese_chars", "lowercase"})  // as HF
@@ -140,7 +142,7 @@ void read(const json& j, const std::string& type, const std::string& where,
   } else {
     fail(where, ": normalizer type \"", type,
          "\" is not supported (NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip, Lowercase, "
-         "StripAccents, BertNormalizer, Precompiled, or a Sequence of them)");
+         "StripAccents, BertNormalizer, Nmt, Precompiled, or a Sequence of them)");
   }
   steps->push_back(std::move(step));
 }
@@ -202,6 +204,28 @@ std::string strip_accents(std::string_view text) {
     const auto c = category(cp);
     return c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ME;
   });
+}
+
+// Sentencepiece's NMT rules as HF's Nmt normalizer has them: controls go, other spaces become
+// one. (A fixed list of code points: no Unicode version enters.)
+std::string nmt(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t at = 0; at < text.size();) {
+    const size_t len = utf8_length(static_cast<unsigned char>(text[at]));
+    const uint32_t cp = code_point_at(text, at);
+    at += len;
+    if ((cp >= 0x01 && cp <= 0x08) || cp == 0x0B || (cp >= 0x0E && cp <= 0x1F) || cp == 0x7F ||
+        cp == 0x8F || cp == 0x9F)
+      continue;
+    if (cp == 0x09 || cp == 0x0A || cp == 0x0C || cp == 0x0D || cp == 0x1680 ||
+        (cp >= 0x200B && cp <= 0x200F) || cp == 0x2028 || cp == 0x2029 || cp == 0x2581 ||
+        cp == 0xFEFF || cp == 0xFFFD)
+      out.push_back(' ');
+    else
+      out.append(text.substr(at - len, len));
+  }
+  return out;
 }
 
 // The CJK ideograph blocks BERT puts spaces around (its `is_chinese_char`).
@@ -369,6 +393,8 @@ json Normalizer::to_json() const {
         return json{{"type", "Lowercase"}};
       case Step::kStripAccents:
         return json{{"type", "StripAccents"}};
+      case Step::kNmt:
+        return json{{"type", "Nmt"}};
       case Step::kBert:
         return json{{"type", "BertNormalizer"},
                     {"clean_text", s.clean_text},
@@ -412,6 +438,9 @@ std::string Normalizer::apply(std::string_view text) const {
         break;
       case Step::kStripAccents:
         out = strip_accents(out);
+        break;
+      case Step::kNmt:
+        out = nmt(out);
         break;
       case Step::kBert:
         out = bert(out, s);

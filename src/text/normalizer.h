@@ -4,7 +4,8 @@
 // normalizes to NFC; built on utf8proc, docs/dependencies.md), the Prepend and Replace of
 // sentencepiece-style tokenizers (Llama-2's "Prepend ▁, Replace ' ' by ▁"; converted
 // sentencepiece models' "Precompiled character map, Strip the right end, Replace / {2,}/ by
-// ▁"), Lowercase, StripAccents and BERT's normalizer (BertNormalizer), alone or in a Sequence.
+// ▁"), Lowercase, StripAccents, BERT's normalizer (BertNormalizer) and sentencepiece's NMT rules
+// for control characters and spaces (Nmt), alone or in a Sequence.
 // Anything else a tokenizer.json may name there is refused by from_json with an error naming it.
 #include <memory>
 #include <string>
@@ -40,7 +41,8 @@ class Normalizer {
       kLowercase,
       kPrecompiled,
       kStripAccents,
-      kBert
+      kBert,
+      kNmt
     } kind = kForm;
     NormalForm form = NormalForm::kNfc;  // kForm
     // kPrepend: what goes in front; kReplace: what is replaced; kReplaceRegex: the pattern;
@@ -66,7 +68,8 @@ class Normalizer {
   // A tokenizer.json `normalizer` value: null, {"type": "NFC"} (or NFD, NFKC, NFKD),
   // {"type": "Prepend", "prepend": S}, {"type": "Replace", "pattern": {"String": S} or
   // {"Regex": R}, "content": T}, {"type": "Strip", "strip_left": B, "strip_right": B},
-  // {"type": "Lowercase"}, {"type": "StripAccents"}, {"type": "BertNormalizer", "clean_text": B,
+  // {"type": "Lowercase"}, {"type": "StripAccents"}, {"type": "Nmt"},
+  // {"type": "BertNormalizer", "clean_text": B,
   // "handle_chinese_chars": B, "strip_accents": B or null (or left out), "lowercase": B},
   // {"type": "Precompiled", "precompiled_charsmap": BASE64}, or {"type": "Sequence",
   // "normalizers": [...]} of those. Anything else throws naming `where`.
@@ -80,7 +83,9 @@ class Normalizer {
   // As HF does: Prepend leaves empty text empty; Replace replaces every occurrence (match),
   // left to right; Strip takes Unicode White_Space off the chosen ends; Lowercase maps each
   // character to its full lowercase (utf8proc's Unicode 15 tables); StripAccents drops marks
-  // (Mn, Mc, Me); BertNormalizer as described at Step::clean_text. Character classes are
+  // (Mn, Mc, Me); BertNormalizer as described at Step::clean_text; Nmt drops ASCII and C1
+  // controls but tab, newlines and form feed, which with U+1680, U+200B-U+200F, U+2028/9,
+  // U+2581, U+FEFF and U+FFFD become spaces. Character classes are
   // utf8proc's (Unicode 15), where HF's tables are older: docs/text.md lists what differs.
   std::string apply(std::string_view text) const;  // text: valid UTF-8
 

@@ -7,7 +7,7 @@
 //     pre-tokenizer (its own regex, a prefix space, merges as "a b"), merges as pairs and
 //     ignore_merges (Llama-3), Qwen2's (an NFC normalizer, its own Split pattern before a
 //     ByteLevel without regex, chat markers as special tokens, added tokens with lstrip, rstrip
-//     and single_word), a Sequence of NFKD and NFC normalizers, NFC then Lowercase, three
+//     and single_word), a Sequence of NFKD and NFC normalizers, NFC then Lowercase, Nmt then NFC, three
 //     sentencepiece-style layouts (Llama-2's, Mistral's, one with unknown characters: see
 //     sentencepieceLayouts), and pre-tokenizer chains (StarCoder's, Falcon's, every Split
 //     behavior, Whitespace, BertPreTokenizer, CharDelimiterSplit: see `layouts`), and two
@@ -292,6 +292,8 @@ if (mode === "variants") {
   nfkd.normalizer = { type: "Sequence", normalizers: [{ type: "NFKD" }, { type: "NFC" }] };
   const lowercase = structuredClone(base);
   lowercase.normalizer = { type: "Sequence", normalizers: [{ type: "NFC" }, { type: "Lowercase" }] };
+  const nmt = structuredClone(base);
+  nmt.normalizer = { type: "Sequence", normalizers: [{ type: "Nmt" }, { type: "NFC" }] };
   // Pre-tokenizers other models chain (each over the same vocabulary and merges): StarCoder's
   // single digits before ByteLevel; Falcon's runs of punctuation, ByteLevel, then digit runs and
   // groups of three digits on the byte-level characters (where the bytes of one character can
@@ -331,7 +333,8 @@ if (mode === "variants") {
   writeFileSync(`${target}/qwen2.json`, JSON.stringify(qwen2));
   writeFileSync(`${target}/nfkd.json`, JSON.stringify(nfkd));
   writeFileSync(`${target}/lowercase.json`, JSON.stringify(lowercase));
-  console.log("variants: gpt2.json llama3.json qwen2.json nfkd.json lowercase.json llama2.json mistral.json " +
+  writeFileSync(`${target}/nmt.json`, JSON.stringify(nmt));
+  console.log("variants: gpt2.json llama3.json qwen2.json nfkd.json lowercase.json nmt.json llama2.json mistral.json " +
               "spm-unk.json wordpiece.json wordpiece-cased.json " + Object.keys(layouts).map((n) => `${n}.json`).join(" "));
 } else if (mode === "spm") {
   const converted = spmToTokenizerJson(readFileSync(tokenizerPath));
@@ -424,12 +427,15 @@ if (mode === "variants") {
   const lossy = preSteps.some((p) => ["Whitespace", "BertPreTokenizer", "CharDelimiterSplit"].includes(p.type) ||
     p.behavior === "Removed") || json.model.type === "WordPiece";
   // The text in the tokenizer's normal form(s), by JavaScript's own implementation, and
-  // lowercased as HF's Lowercase does: each character alone (no final-sigma rule).
+  // lowercased as HF's Lowercase does: each character alone (no final-sigma rule); Nmt's rule.
   const forms = (!json.normalizer ? [] : json.normalizer.type === "Sequence"
     ? json.normalizer.normalizers.map((n) => n.type) : [json.normalizer.type])
-    .filter((f) => f.startsWith("NF") || f === "Lowercase");
+    .filter((f) => f.startsWith("NF") || f === "Lowercase" || f === "Nmt");
+  // Nmt: sentencepiece's list of controls that go and of characters that become a space.
+  const nmt = (t) => t.replace(/[\u0001-\u0008\u000b\u000e-\u001f\u007f\u008f\u009f]/gu, "")
+    .replace(/[\t\n\f\r\u1680\u200b-\u200f\u2028\u2029\u2581\ufeff\ufffd]/gu, " ");
   const normal = (text) => forms.reduce((t, f) => f === "Lowercase"
-    ? [...t].map((c) => c.toLowerCase()).join("") : t.normalize(f), text);
+    ? [...t].map((c) => c.toLowerCase()).join("") : f === "Nmt" ? nmt(t) : t.normalize(f), text);
   // Sentencepiece-style layouts decode to the text itself only where no character was unknown,
   // no added token put a "▁" after it, and no leading space was taken for the prepended one.
   // Nor where an added token took the whitespace beside it (lstrip, rstrip).
