@@ -181,14 +181,14 @@ std::string lowercase(std::string_view text) {
   return out;
 }
 
-// `text` without the characters `drop` says go (by code point).
-template <typename Drop>
-std::string drop_characters(std::string_view text, Drop drop) {
+// `text` with each character (its code point and its bytes) replaced by what `write` appends.
+template <typename Write>
+std::string map_characters(std::string_view text, Write write) {
   std::string out;
   out.reserve(text.size());
   for (size_t at = 0; at < text.size();) {
     const size_t len = utf8_length(static_cast<unsigned char>(text[at]));
-    if (!drop(code_point_at(text, at))) out.append(text.substr(at, len));
+    write(code_point_at(text, at), text.substr(at, len), &out);
     at += len;
   }
   return out;
@@ -198,34 +198,21 @@ utf8proc_category_t category(uint32_t cp) {
   return utf8proc_category(static_cast<utf8proc_int32_t>(cp));
 }
 
-// HF's StripAccents: every mark (Mn, Mc, Me) goes.
-std::string strip_accents(std::string_view text) {
-  return drop_characters(text, [](uint32_t cp) {
-    const auto c = category(cp);
-    return c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ME;
-  });
+bool mark(uint32_t cp) {
+  const auto c = category(cp);
+  return c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ME;
 }
 
 // Sentencepiece's NMT rules as HF's Nmt normalizer has them: controls go, other spaces become
 // one. (A fixed list of code points: no Unicode version enters.)
-std::string nmt(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t at = 0; at < text.size();) {
-    const size_t len = utf8_length(static_cast<unsigned char>(text[at]));
-    const uint32_t cp = code_point_at(text, at);
-    at += len;
-    if ((cp >= 0x01 && cp <= 0x08) || cp == 0x0B || (cp >= 0x0E && cp <= 0x1F) || cp == 0x7F ||
-        cp == 0x8F || cp == 0x9F)
-      continue;
-    if (cp == 0x09 || cp == 0x0A || cp == 0x0C || cp == 0x0D || cp == 0x1680 ||
-        (cp >= 0x200B && cp <= 0x200F) || cp == 0x2028 || cp == 0x2029 || cp == 0x2581 ||
-        cp == 0xFEFF || cp == 0xFFFD)
-      out.push_back(' ');
-    else
-      out.append(text.substr(at - len, len));
-  }
-  return out;
+void nmt_character(uint32_t cp, std::string_view c, std::string* out) {
+  if ((cp >= 0x01 && cp <= 0x08) || cp == 0x0B || (cp >= 0x0E && cp <= 0x1F) || cp == 0x7F ||
+      cp == 0x8F || cp == 0x9F)
+    return;
+  const bool space = cp == 0x09 || cp == 0x0A || cp == 0x0C || cp == 0x0D || cp == 0x1680 ||
+                     (cp >= 0x200B && cp <= 0x200F) || cp == 0x2028 || cp == 0x2029 ||
+                     cp == 0x2581 || cp == 0xFEFF || cp == 0xFFFD;
+  out->append(space ? std::string_view(" ") : c);
 }
 
 // The CJK ideograph blocks BERT puts spaces around (its `is_chinese_char`).
@@ -238,46 +225,32 @@ bool cjk_ideograph(uint32_t cp) {
 
 // BertNormalizer, step by step as HF's: clean_text drops NUL, U+FFFD and the "other"
 // characters (Cc, Cf, Co, Cs; not unassigned ones, which HF keeps) but tab, newline and
-// return, then makes every White_Space character a space; handle_chinese_chars puts a space on
-// both sides of each CJK ideograph; strip_accents decomposes (NFD, left decomposed: Hangul
+// return, and makes every White_Space character left a space; handle_chinese_chars puts a space
+// on both sides of each CJK ideograph; strip_accents decomposes (NFD, left decomposed: Hangul
 // syllables become jamo, as in BERT) and drops nonspacing marks (Mn); lowercase as Lowercase.
 std::string bert(std::string_view text, const Normalizer::Step& s) {
   std::string out(text);
-  if (s.clean_text) {
-    out = drop_characters(out, [](uint32_t cp) {
-      if (cp == '\t' || cp == '\n' || cp == '\r') return false;
-      const auto c = category(cp);
-      return cp == 0 || cp == 0xFFFD || c == UTF8PROC_CATEGORY_CC || c == UTF8PROC_CATEGORY_CF ||
-             c == UTF8PROC_CATEGORY_CO || c == UTF8PROC_CATEGORY_CS;
+  if (s.clean_text)
+    out = map_characters(out, [](uint32_t cp, std::string_view c, std::string* o) {
+      const auto k = category(cp);
+      const bool control = cp != '\t' && cp != '\n' && cp != '\r' &&
+                           (k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF ||
+                            k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CS);
+      if (cp == 0 || cp == 0xFFFD || control) return;
+      o->append(white_space(cp) ? std::string_view(" ") : c);
     });
-    std::string spaced;
-    spaced.reserve(out.size());
-    for (size_t at = 0; at < out.size();) {
-      const size_t len = utf8_length(static_cast<unsigned char>(out[at]));
-      if (white_space(code_point_at(out, at)))
-        spaced.push_back(' ');
-      else
-        spaced.append(out, at, len);
-      at += len;
-    }
-    out.swap(spaced);
-  }
-  if (s.chinese_chars) {
-    std::string spaced;
-    spaced.reserve(out.size() + out.size() / 2);
-    for (size_t at = 0; at < out.size();) {
-      const size_t len = utf8_length(static_cast<unsigned char>(out[at]));
-      const bool cjk = cjk_ideograph(code_point_at(out, at));
-      if (cjk) spaced.push_back(' ');
-      spaced.append(out, at, len);
-      if (cjk) spaced.push_back(' ');
-      at += len;
-    }
-    out.swap(spaced);
-  }
+  if (s.chinese_chars)
+    out = map_characters(out, [](uint32_t cp, std::string_view c, std::string* o) {
+      const bool cjk = cjk_ideograph(cp);
+      if (cjk) o->push_back(' ');
+      o->append(c);
+      if (cjk) o->push_back(' ');
+    });
   if (s.strip_accents)
-    out = drop_characters(normalize(out, NormalForm::kNfd),
-                          [](uint32_t cp) { return category(cp) == UTF8PROC_CATEGORY_MN; });
+    out = map_characters(normalize(out, NormalForm::kNfd),
+                         [](uint32_t cp, std::string_view c, std::string* o) {
+                           if (category(cp) != UTF8PROC_CATEGORY_MN) o->append(c);
+                         });
   if (s.lowercase) out = lowercase(out);
   return out;
 }
@@ -436,11 +409,13 @@ std::string Normalizer::apply(std::string_view text) const {
       case Step::kLowercase:
         out = lowercase(out);
         break;
-      case Step::kStripAccents:
-        out = strip_accents(out);
+      case Step::kStripAccents:  // every mark goes
+        out = map_characters(out, [](uint32_t cp, std::string_view c, std::string* o) {
+          if (!mark(cp)) o->append(c);
+        });
         break;
       case Step::kNmt:
-        out = nmt(out);
+        out = map_characters(out, nmt_character);
         break;
       case Step::kBert:
         out = bert(out, s);
