@@ -1300,6 +1300,76 @@ TEST(WordPiece, NoDecoderJoinsTokensWithSpacesAsHfDoes) {
   EXPECT_EQ(s->decode(s->encode("hi ab")), "\u2581hi \u2581ab");
 }
 
+// A WordLevel layout: Lowercase, the Whitespace pre-tokenizer, no decoder, [SEP] added.
+json wordlevel_json() {
+  json vocab = json::object();
+  int id = 0;
+  for (const char* t : {"<unk>", "[SEP]", "hello", "world", "!", "!!", "it", "'", "s", "\u00fcber",
+                        "\u2581hello", "\u2581x"})
+    vocab[t] = id++;
+  return {{"version", "1.0"},
+          {"added_tokens",
+           {{{"id", 1},
+             {"content", "[SEP]"},
+             {"single_word", false},
+             {"lstrip", false},
+             {"rstrip", false},
+             {"normalized", false},
+             {"special", true}}}},
+          {"normalizer", {{"type", "Lowercase"}}},
+          {"pre_tokenizer", {{"type", "Whitespace"}}},
+          {"post_processor", nullptr},
+          {"decoder", nullptr},
+          {"model", {{"type", "WordLevel"}, {"vocab", vocab}, {"unk_token", "<unk>"}}}};
+}
+
+// HF's tokens and decodings (tokenizers 0.23) for WordLevel: each whole pre-token is its token
+// or <unk>; without a decoder the tokens are joined with spaces; with Metaspace the pre-tokens
+// carry the space mark and its decoder puts the spaces back.
+TEST(WordLevel, EncodesAndDecodesAsHfDoes) {
+  using V = std::vector<std::string>;
+  struct Case {
+    std::string text;
+    V tokens;
+    std::string decoded;
+  };
+  auto check = [](const SubwordTokenizer& t, const std::vector<Case>& cases) {
+    for (const auto& c : cases) {
+      EXPECT_EQ(token_texts(t, c.text), c.tokens) << c.text;
+      EXPECT_EQ(t.decode(t.encode(c.text)), c.decoded) << c.text;
+    }
+  };
+  const auto t = SubwordTokenizer::from_json(wordlevel_json(), "words");
+  check(*t, {{"Hello world!!", {"hello", "world", "!!"}, "hello world !!"},
+             {"it's  \u00dcber", {"it", "'", "s", "\u00fcber"}, "it ' s \u00fcber"},
+             {"hello[SEP]world", {"hello", "[SEP]", "world"}, "hello [SEP] world"},
+             {"", {}, ""},
+             {"HELLO!!!", {"hello", "<unk>"}, "hello <unk>"},
+             {"hello\tworld\n!", {"hello", "world", "!"}, "hello world !"}});
+  EXPECT_EQ(t->describe()["kind"], "WordLevel");
+  EXPECT_TRUE(t->describe()["merges"].is_null());
+  EXPECT_EQ(t->eos(), 1);  // [SEP], as for BERT's files
+  auto j = wordlevel_json();
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = j["decoder"] = {{"type", "Metaspace"},
+                                       {"replacement", "\u2581"},
+                                       {"prepend_scheme", "always"},
+                                       {"split", true}};
+  const auto m = SubwordTokenizer::from_json(j, "metaspace");
+  check(*m, {{"hello hello x", {"\u2581hello", "\u2581hello", "\u2581x"}, "hello hello x"},
+             {"Hello x  x", {"<unk>", "\u2581x", "<unk>", "\u2581x"}, "<unk> x<unk> x"}});
+  // Written back as read, and loads to the same tokenizer.
+  for (const auto* w : {t.get(), m.get()}) {
+    const auto again = SubwordTokenizer::from_json(json::parse(w->to_json().dump()), "again");
+    EXPECT_EQ(again->to_json(), w->to_json());
+    EXPECT_EQ(again->to_json()["model"], json({{"type", "WordLevel"},
+                                               {"vocab", wordlevel_json()["model"]["vocab"]},
+                                               {"unk_token", "<unk>"}}));
+    for (const char* text : {"Hello world!!", "hello x  x[SEP]"})
+      EXPECT_EQ(again->encode(text), w->encode(text)) << text;
+  }
+}
+
 TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   const auto good = small_bpe()->to_json();
   auto expect_error = [&](json j, const std::string& needle) {
@@ -1311,8 +1381,8 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
     }
   };
   auto j = good;
-  j["model"]["type"] = "WordLevel";
-  expect_error(j, "model type \"WordLevel\" is not supported (BPE, Unigram, WordPiece)");
+  j["model"]["type"] = "CharLevel";
+  expect_error(j, "model type \"CharLevel\" is not supported (BPE, Unigram, WordPiece, WordLevel)");
   j = good;
   j["normalizer"] = {{"type", "ByteLevel"}};
   expect_error(j, "t.json: normalizer: normalizer type \"ByteLevel\" is not supported");
@@ -1418,6 +1488,16 @@ TEST(Bpe, UnsupportedOrBrokenTokenizerJsonIsOneClearError) {
   j = wordpiece_json();
   j["pre_tokenizer"] = {{"type", "ByteLevel"}};
   expect_error(j, "a WordPiece model with a ByteLevel or Metaspace pre-tokenizer");
+  // WordLevel: HF requires the unknown token and fails when it is not in the vocabulary.
+  j = wordlevel_json();
+  j["model"].erase("unk_token");
+  expect_error(j, "t.json: model needs a string \"unk_token\"");
+  j = wordlevel_json();
+  j["model"]["unk_token"] = "[UNK]";
+  expect_error(j, "model.unk_token \"[UNK]\" is not in model.vocab");
+  j = wordlevel_json();
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}};
+  expect_error(j, "a WordLevel model with a ByteLevel pre-tokenizer is not supported");
   j = sentencepiece_json("first");
   j["pre_tokenizer"]["prepend_scheme"] = "sometimes";
   expect_error(j, "prepend_scheme \"sometimes\" is not always, first or never");

@@ -214,9 +214,10 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
     line("vocabulary", std::to_string(desc["vocab_size"].get<int64_t>()) + " ids: " +
                            std::to_string(desc["model_tokens"].get<int64_t>()) + " model tokens, " +
                            std::to_string(desc["added_tokens"].size()) + " added; " +
-                           (desc["kind"] == "Unigram" ? std::string("scored, no merges")
-                            : desc["kind"] == "WordPiece"
-                                ? std::string("longest match, no merges")
+                           (desc["kind"] == "Unigram"     ? std::string("scored, no merges")
+                            : desc["kind"] == "WordPiece" ? std::string("longest match, no merges")
+                            : desc["kind"] == "WordLevel"
+                                ? std::string("whole pre-tokens, no merges")
                                 : std::to_string(desc["merges"].get<int64_t>()) + " merges"));
     for (const char* part : {"normalizer", "pre_tokenizer", "decoder"}) line(part, desc[part]);
     if (desc["kind"] != "byte-level BPE") {

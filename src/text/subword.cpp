@@ -17,6 +17,9 @@
 #include "util/files.h"
 
 namespace lol {
+
+using Kind = SubwordTokenizer::Kind;
+
 namespace {
 
 // GPT-2's byte-to-character table: printable bytes stand for themselves, the other 68 map to
@@ -261,24 +264,39 @@ void read_bpe(const json& model, const std::string& name, const json& j,
   }
 }
 
+// model.unk_token, which must name a token of the vocabulary (HF fails on the first word that
+// needs it when it does not; refused here on load). `fallback`: HF's default when it is absent.
+void read_unk_token(const json& model, const std::string& where,
+                    const std::unordered_map<std::string, int32_t>& ids,
+                    const std::optional<std::string>& fallback, SubwordTokenizer::Model* m) {
+  const auto unk = fallback ? string_field(model, "unk_token", where, *fallback)
+                            : string_field(model, "unk_token", where);
+  const auto it = ids.find(unk);
+  LOL_CHECK(it != ids.end(), where, ".unk_token \"", unk, "\" is not in model.vocab");
+  m->unk = it->second;
+}
+
 void read_wordpiece(const json& model, const std::string& name, const json& j,
                     SubwordTokenizer::Model* m) {
   const auto where = name + ": model";
   LOL_CHECK(!m->byte_level && !m->metaspace, name,
             ": a WordPiece model with a ByteLevel or Metaspace pre-tokenizer is not supported");
   const auto ids = read_vocab(model, name, j, m);
-  m->wordpiece = true;
   m->continuing_prefix = string_field(model, "continuing_subword_prefix", where, "##");
   const auto& max =
       model.contains("max_input_chars_per_word") ? model["max_input_chars_per_word"] : json(100);
   LOL_CHECK(max.is_number_integer() && max.get<int64_t>() >= 0, where,
             ".max_input_chars_per_word must be a count >= 0");
   m->max_word_chars = max.get<int64_t>();
-  // HF fails on the first word that needs it when it is missing; refused here on load.
-  const auto unk = string_field(model, "unk_token", where, "[UNK]");
-  const auto it = ids.find(unk);
-  LOL_CHECK(it != ids.end(), where, ".unk_token \"", unk, "\" is not in model.vocab");
-  m->unk = it->second;
+  read_unk_token(model, where, ids, "[UNK]", m);
+}
+
+// WordLevel: {token: id} and the unknown token, which HF requires.
+void read_wordlevel(const json& model, const std::string& name, const json& j,
+                    SubwordTokenizer::Model* m) {
+  LOL_CHECK(!m->byte_level, name,
+            ": a WordLevel model with a ByteLevel pre-tokenizer is not supported");
+  read_unk_token(model, name + ": model", read_vocab(model, name, j, m), std::nullopt, m);
 }
 
 // The added tokens (ids checked against the vocabulary's size: see id_limit_of).
@@ -286,7 +304,8 @@ void read_added_tokens(const json& j, const std::string& name, SubwordTokenizer:
   if (!j.contains("added_tokens") || j["added_tokens"].is_null()) return;
   const auto& added = j["added_tokens"];
   LOL_CHECK(added.is_array(), name, ": added_tokens must be a list");
-  const auto id_limit = id_limit_of(j, m->unigram ? m->scores.size() : j["model"]["vocab"].size());
+  const auto id_limit =
+      id_limit_of(j, m->kind == Kind::kUnigram ? m->scores.size() : j["model"]["vocab"].size());
   for (size_t i = 0; i < added.size(); ++i) {
     const auto& t = added[i];
     const auto where = name + ": added_tokens[" + std::to_string(i) + "]";
@@ -333,8 +352,9 @@ SubwordTokenizer::SubwordTokenizer(Model model, std::string name)
   LOL_CHECK(!model_.metaspace || model_.splits.empty(), name_,
             ": Split, Digits, Punctuation, Whitespace and BertPreTokenizer pre-tokenizers are "
             "not supported with Metaspace");
-  LOL_CHECK(!model_.wordpiece || (!bytes && !model_.unigram && model_.merges.empty() && model_.unk),
-            name_, ": a WordPiece model has text tokens, no merges and an unknown token");
+  const bool whole_words = model_.kind == Kind::kWordPiece || model_.kind == Kind::kWordLevel;
+  LOL_CHECK(!whole_words || (!bytes && model_.merges.empty() && model_.unk), name_,
+            ": a WordPiece or WordLevel model has text tokens, no merges and an unknown token");
   LOL_CHECK(!bytes || (!model_.metaspace && !model_.whitespace_split && !model_.byte_fallback &&
                        !model_.unk),
             name_,
@@ -351,7 +371,7 @@ SubwordTokenizer::SubwordTokenizer(Model model, std::string name)
               "') has no token; a byte-level BPE needs all 256");
     byte_id_[b] = it != by_bytes_.end() && (bytes || model_.byte_fallback) ? it->second : -1;
   }
-  if (model_.unigram) {
+  if (model_.kind == Kind::kUnigram) {
     LOL_CHECK(!bytes && model_.merges.empty() && !model_.scores.empty() &&
                   model_.scores.size() <= model_.tokens.size(),
               name_, ": a Unigram model has text tokens with scores and no merges");
@@ -422,7 +442,7 @@ SubwordTokenizer::SubwordTokenizer(Model model, std::string name)
   // repeat (and are cached). Not with ignore_merges (a whole pre-token that is a token stays
   // one), nor when "▁" is not itself a token (an unknown run would end at the cut).
   // (Not for Unigram: its segmentation's ties depend on the scores summed from the start.)
-  if (!bytes && !model_.ignore_merges && !model_.unigram && !model_.wordpiece) {
+  if (!bytes && !model_.ignore_merges && model_.kind == Kind::kBpe) {
     const std::string c = model_.metaspace ? model_.metaspace->replacement : "\u2581";
     bool cut = by_bytes_.count(c) > 0;
     for (const auto& token : model_.tokens) {
@@ -475,8 +495,19 @@ void SubwordTokenizer::symbols(std::string_view pre_token, std::vector<int32_t>*
 
 void SubwordTokenizer::encode_word(std::string_view pre_token, std::vector<int64_t>* ids) const {
   if (pre_token.empty()) return;
-  if (model_.unigram) return viterbi(pre_token, ids);
-  if (model_.wordpiece) return word_pieces(pre_token, ids);
+  switch (model_.kind) {
+    case Kind::kBpe:
+      break;
+    case Kind::kUnigram:
+      return viterbi(pre_token, ids);
+    case Kind::kWordPiece:
+      return word_pieces(pre_token, ids);
+    case Kind::kWordLevel: {
+      const auto it = by_bytes_.find(std::string(pre_token));
+      ids->push_back(it != by_bytes_.end() ? it->second : *model_.unk);
+      return;
+    }
+  }
   if (model_.ignore_merges) {
     const auto it = by_bytes_.find(std::string(pre_token));
     if (it != by_bytes_.end()) {
@@ -865,28 +896,29 @@ json SubwordTokenizer::describe() const {
   json added = json::array();
   for (const auto& t : j["added_tokens"]) added.push_back(t);
   auto id_or_null = [](const std::optional<int64_t>& id) { return id ? json(*id) : json(nullptr); };
-  return {
-      {"kind", model_.unigram      ? "Unigram"
-               : model_.wordpiece  ? "WordPiece"
-               : model_.byte_level ? "byte-level BPE"
-                                   : "sentencepiece-style BPE"},
-      {"vocab_size", vocab_size()},
-      {"model_tokens", j["model"]["vocab"].size()},
-      {"merges", model_.unigram || model_.wordpiece ? json(nullptr) : json(model_.merges.size())},
-      {"added_tokens", added},
-      {"normalizer", j["normalizer"]},
-      {"pre_tokenizer", j["pre_tokenizer"]},
-      {"decoder", j["decoder"]},
-      {"byte_fallback", model_.byte_fallback},
-      {"unknown_token", model_.unk ? json(model_.tokens[*model_.unk]) : json(nullptr)},
-      {"fuse_unk", model_.fuse_unk},
-      {"ignore_merges", model_.ignore_merges},
-      {"cut_before", word_cut_.empty() ? json(nullptr) : json(word_cut_)},
-      {"continuing_prefix", model_.wordpiece ? json(model_.continuing_prefix) : json(nullptr)},
-      {"max_word_chars", model_.wordpiece ? json(model_.max_word_chars) : json(nullptr)},
-      {"bos", id_or_null(bos_)},
-      {"eos", id_or_null(eos_)},
-      {"pad", id_or_null(pad_)}};
+  const bool wordpiece = model_.kind == Kind::kWordPiece;
+  return {{"kind", model_.kind == Kind::kUnigram     ? "Unigram"
+                   : model_.kind == Kind::kWordPiece ? "WordPiece"
+                   : model_.kind == Kind::kWordLevel ? "WordLevel"
+                   : model_.byte_level               ? "byte-level BPE"
+                                                     : "sentencepiece-style BPE"},
+          {"vocab_size", vocab_size()},
+          {"model_tokens", j["model"]["vocab"].size()},
+          {"merges", model_.kind == Kind::kBpe ? json(model_.merges.size()) : json(nullptr)},
+          {"added_tokens", added},
+          {"normalizer", j["normalizer"]},
+          {"pre_tokenizer", j["pre_tokenizer"]},
+          {"decoder", j["decoder"]},
+          {"byte_fallback", model_.byte_fallback},
+          {"unknown_token", model_.unk ? json(model_.tokens[*model_.unk]) : json(nullptr)},
+          {"fuse_unk", model_.fuse_unk},
+          {"ignore_merges", model_.ignore_merges},
+          {"cut_before", word_cut_.empty() ? json(nullptr) : json(word_cut_)},
+          {"continuing_prefix", wordpiece ? json(model_.continuing_prefix) : json(nullptr)},
+          {"max_word_chars", wordpiece ? json(model_.max_word_chars) : json(nullptr)},
+          {"bos", id_or_null(bos_)},
+          {"eos", id_or_null(eos_)},
+          {"pad", id_or_null(pad_)}};
 }
 
 json SubwordTokenizer::to_json() const {
@@ -921,7 +953,7 @@ json SubwordTokenizer::to_json() const {
     decoder = model_.decoder.to_json();
   }
   json model;
-  if (model_.unigram) {
+  if (model_.kind == Kind::kUnigram) {
     json scored = json::array();
     for (size_t id = 0; id < model_.scores.size(); ++id)
       scored.push_back(json::array({model_.tokens[id], model_.scores[id]}));
@@ -929,15 +961,17 @@ json SubwordTokenizer::to_json() const {
              {"unk_id", model_.unk ? json(*model_.unk) : json(nullptr)},
              {"vocab", scored},
              {"byte_fallback", model_.byte_fallback}};
-  } else if (model_.wordpiece) {
+  } else if (model_.kind != Kind::kBpe) {
     json vocab = json::object();
     for (size_t id = 0; id < model_.tokens.size(); ++id)
       if (!model_.tokens[id].empty()) vocab[model_.tokens[id]] = id;
-    model = {{"type", "WordPiece"},
+    model = {{"type", model_.kind == Kind::kWordPiece ? "WordPiece" : "WordLevel"},
              {"unk_token", model_.tokens[*model_.unk]},
-             {"continuing_subword_prefix", model_.continuing_prefix},
-             {"max_input_chars_per_word", model_.max_word_chars},
              {"vocab", vocab}};
+    if (model_.kind == Kind::kWordPiece) {
+      model["continuing_subword_prefix"] = model_.continuing_prefix;
+      model["max_input_chars_per_word"] = model_.max_word_chars;
+    }
   } else {
     json vocab = json::object();
     std::vector<std::string> visible(model_.tokens.size());
@@ -998,9 +1032,15 @@ std::unique_ptr<SubwordTokenizer> SubwordTokenizer::from_json(const json& j,
   const auto& model = field(j, "model", name);
   LOL_CHECK(model.is_object(), name, ": model is not an object");
   const auto type = string_field(model, "type", name + ": model", "BPE");
-  LOL_CHECK(type == "BPE" || type == "Unigram" || type == "WordPiece", name, ": model type \"",
-            type, "\" is not supported (BPE, Unigram, WordPiece)");
-  m.unigram = type == "Unigram";
+  const std::pair<const char*, Kind> kinds[] = {{"BPE", Kind::kBpe},
+                                                {"Unigram", Kind::kUnigram},
+                                                {"WordPiece", Kind::kWordPiece},
+                                                {"WordLevel", Kind::kWordLevel}};
+  const auto kind = std::find_if(std::begin(kinds), std::end(kinds),
+                                 [&](const auto& k) { return type == k.first; });
+  LOL_CHECK(kind != std::end(kinds), name, ": model type \"", type,
+            "\" is not supported (BPE, Unigram, WordPiece, WordLevel)");
+  m.kind = kind->second;
   if (type == "BPE")
     for (const char* unsupported : {"continuing_subword_prefix", "end_of_word_suffix", "dropout"})
       LOL_CHECK(
@@ -1019,7 +1059,7 @@ std::unique_ptr<SubwordTokenizer> SubwordTokenizer::from_json(const json& j,
                          add_pre_tokenizer(c, at, &m);
                        });
   const bool byte_level_seen = m.byte_level;
-  LOL_CHECK(!byte_level_seen || !m.unigram, name,
+  LOL_CHECK(!byte_level_seen || m.kind != Kind::kUnigram, name,
             ": a Unigram model with a ByteLevel pre-tokenizer is not supported");
   LOL_CHECK(!byte_level_seen || !m.metaspace, name,
             ": pre_tokenizer has both ByteLevel and Metaspace");
@@ -1031,12 +1071,19 @@ std::unique_ptr<SubwordTokenizer> SubwordTokenizer::from_json(const json& j,
     m.decoder = TokenDecoder::from_json(j["decoder"], name + ": decoder");
 
   field(model, "vocab", name + ": model");
-  if (m.unigram) {
-    read_unigram(model, name, &m);
-  } else if (type == "WordPiece") {
-    read_wordpiece(model, name, j, &m);
-  } else {
-    read_bpe(model, name, j, &m);
+  switch (m.kind) {
+    case Kind::kBpe:
+      read_bpe(model, name, j, &m);
+      break;
+    case Kind::kUnigram:
+      read_unigram(model, name, &m);
+      break;
+    case Kind::kWordPiece:
+      read_wordpiece(model, name, j, &m);
+      break;
+    case Kind::kWordLevel:
+      read_wordlevel(model, name, j, &m);
+      break;
   }
   read_added_tokens(j, name, &m);
   return std::make_unique<SubwordTokenizer>(std::move(m), name);

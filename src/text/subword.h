@@ -1,5 +1,6 @@
 #pragma once
-// BPE tokenizers (docs/text.md) in two kinds, sentencepiece's Unigram and BERT's WordPiece.
+// Subword tokenizers (docs/text.md): BPE in two kinds, sentencepiece's Unigram, BERT's WordPiece
+// and WordLevel.
 // Byte-level BPE is GPT-2's scheme, where the 256 byte values are the base tokens, so every UTF-8
 // text (indeed every byte string) encodes and decodes exactly, with no unknown token; it is what
 // `lol tokenizer train` makes. Sentencepiece-style BPE (Llama-2, Mistral) has text tokens whose
@@ -9,7 +10,8 @@
 // any) and split into pre-tokens (regular expressions, or Metaspace), and each pre-token's
 // symbols are merged by the ranked merge list. A Unigram model (converted sentencepiece models)
 // has text tokens with scores instead of merges, and takes each pre-token's segmentation of
-// highest score. A WordPiece model (BERT) takes the longest tokens from each pre-token's start.
+// highest score. A WordPiece model (BERT) takes the longest tokens from each pre-token's start;
+// a WordLevel model maps each whole pre-token to its token, or to the unknown token.
 // Stored as a Hugging Face tokenizer.json, so tokenizers trained here load in the HF libraries
 // and BPE tokenizers from there (GPT-2, Llama-2, Llama-3, Mistral, Qwen2 style) load here.
 #include <bitset>
@@ -47,9 +49,13 @@ class SubwordTokenizer : public Tokenizer {
     // only where no word character (`\w`) touches it on either side (`single_word`).
     bool lstrip = false, rstrip = false, single_word = false;
   };
+  // How a pre-token becomes ids: ranked merges (BPE), the segmentation of highest score
+  // (Unigram), longest tokens from the start (WordPiece), or the whole pre-token (WordLevel).
+  enum class Kind { kBpe, kUnigram, kWordPiece, kWordLevel };
   // The pieces of the model; `merges[r]` is the pair of ids merged at rank r (lower ranks
   // first).
   struct Model {
+    Kind kind = Kind::kBpe;
     // By id: bytes (byte-level) or text (sentencepiece-style); empty for an id that only an
     // added token uses.
     std::vector<std::string> tokens;
@@ -85,17 +91,15 @@ class SubwordTokenizer : public Tokenizer {
     std::optional<int64_t> unk;
     bool fuse_unk = false;
     TokenDecoder decoder;
-    // Unigram (sentencepiece's default model) instead of merges: the score (log probability)
-    // of each model token, ids 0 .. scores.size() - 1. A pre-token is split into the tokens of
-    // highest total score (Viterbi); a character no token starts with is the unknown token
-    // (runs fused, or their <0xNN> tokens with byte fallback).
-    bool unigram = false;
+    // Unigram (sentencepiece's default model): the score (log probability) of each model
+    // token, ids 0 .. scores.size() - 1. A pre-token is split into the tokens of highest total
+    // score (Viterbi); a character no token starts with is the unknown token (runs fused, or
+    // their <0xNN> tokens with byte fallback).
     std::vector<double> scores;
-    // WordPiece (BERT) instead of merges: a pre-token is the longest token it starts with, then
-    // at each next place the longest continuing token (`continuing_prefix` + text), as HF's
-    // WordPiece does; one that no tokens cover, or longer than `max_word_chars` characters, is
-    // the unknown token alone.
-    bool wordpiece = false;
+    // WordPiece (BERT): a pre-token is the longest token it starts with, then at each next
+    // place the longest continuing token (`continuing_prefix` + text), as HF's WordPiece does;
+    // one that no tokens cover, or longer than `max_word_chars` characters, is the unknown
+    // token alone.
     std::string continuing_prefix = "##";
     int64_t max_word_chars = 100;
   };
