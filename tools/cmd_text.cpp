@@ -68,7 +68,7 @@ void add_tokenizer_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runne
   auto* cmd = app.add_subcommand(
       "tokenizer",
       "train a byte-level BPE; encode, decode, normalize, pre-tokenize with or describe a "
-      "tokenizer.json (BPE, byte-level or sentencepiece-style, or Unigram)");
+      "tokenizer.json (BPE, byte-level or sentencepiece-style, Unigram, WordPiece or WordLevel)");
 
   struct TrainOpts {
     std::string input, out, normalizer = "none";
