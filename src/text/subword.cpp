@@ -279,8 +279,8 @@ void read_unk_token(const json& model, const std::string& where,
 void read_wordpiece(const json& model, const std::string& name, const json& j,
                     SubwordTokenizer::Model* m) {
   const auto where = name + ": model";
-  LOL_CHECK(!m->byte_level && !m->metaspace, name,
-            ": a WordPiece model with a ByteLevel or Metaspace pre-tokenizer is not supported");
+  LOL_CHECK(!m->byte_level, name,
+            ": a WordPiece model with a ByteLevel pre-tokenizer is not supported");
   const auto ids = read_vocab(model, name, j, m);
   m->continuing_prefix = string_field(model, "continuing_subword_prefix", where, "##");
   const auto& max =
