@@ -16,12 +16,12 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "text_test: FAIL: $*" >&2; exit 1; }
 text="$root/tests/data/text"
 
-# 1. Encodings agree with the reference, for every fixture document, in twenty layouts of
+# 1. Encodings agree with the reference, for every fixture document, in twenty-one layouts of
 #    one tokenizer.json (ours, GPT-2's, Llama-3's, Qwen2's, a Sequence of normal forms, Nmt, the
 #    sentencepiece-style Llama-2, Mistral and one with unknown characters, the pre-tokenizer
 #    chains of StarCoder, Falcon, every Split behavior, Whitespace, BertPreTokenizer and
-#    CharDelimiterSplit, WordPiece as BERT's uncased files and a cased one with StripAccents,
-#    and WordLevel under Whitespace and under Metaspace) and in one trained here with a
+#    CharDelimiterSplit, WordPiece as BERT's uncased files, a cased one with StripAccents and
+#    one under Metaspace, and WordLevel under Whitespace and under Metaspace) and in one trained here with a
 #    normalizer. The fixtures are in NFC; one more document holds text that the
 #    normalizers change: combining marks out of canonical order, Hangul jamo, ligatures,
 #    full-width and circled forms, a chat marker next to a combining mark; another leading
@@ -46,7 +46,7 @@ grep -q '"normalizer":{"type":"NFKC"}' "$work/nfkc.json" || fail "no NFKC normal
 # The pre-tokens alone (`lol tokenizer pretokenize`, HF's pre_tokenize_str) of every fixture line.
 find "$work/text" -name '*.txt' -print0 | sort -z | xargs -0 cat > "$work/fixture-lines.txt"
 for v in tk gpt2 llama3 qwen2 nfkd lowercase nmt nfkc llama2 mistral spm-unk starcoder falcon behaviors \
-  whitespace bert chardelim wordpiece wordpiece-cased wordlevel wordlevel-metaspace; do
+  whitespace bert chardelim wordpiece wordpiece-cased wordpiece-metaspace wordlevel wordlevel-metaspace; do
   "$lol" tokenizer encode --tokenizer "$work/$v.json" --input "$work/text" > "$work/$v.jsonl"
   node "$node_dir/tokenizer_reference.mjs" compare "$work/$v.json" "$work/$v.jsonl"
   "$lol" tokenizer pretokenize --tokenizer "$work/$v.json" --lines < "$work/fixture-lines.txt" \

@@ -11,7 +11,8 @@
 //     sentencepiece-style layouts (Llama-2's, Mistral's, one with unknown characters: see
 //     sentencepieceLayouts), and pre-tokenizer chains (StarCoder's, Falcon's, every Split
 //     behavior, Whitespace, BertPreTokenizer, CharDelimiterSplit: see `layouts`), and two
-//     WordPiece layouts, BERT's uncased one and a cased one (see wordpieceLayouts), and two
+//     WordPiece layouts, BERT's uncased one, a cased one and one under Metaspace (see
+//     wordpieceLayouts), and two
 //     WordLevel layouts (wordlevelLayouts).
 //   node tokenizer_reference.mjs spm MODEL OUT_JSON
 //     converts a sentencepiece Unigram model (spm_train's MODEL.model) into the tokenizer.json
@@ -257,6 +258,8 @@ function wordlevelLayouts(base) {
 function wordpieceLayouts(base) {
   const make = (lower) => wordVocab(base, lower, (word, spaced) => spaced ? [word] : [word, "##" + word]);
   const added = bertAdded;
+  const marked = wordVocab(base, false, (word) => ["\u2581" + word, "##" + word]);
+  const metaspace = { type: "Metaspace", replacement: "\u2581", prepend_scheme: "always", split: true };
   const bert = (lowercase, strip_accents) =>
     ({ type: "BertNormalizer", clean_text: true, handle_chinese_chars: true, strip_accents, lowercase });
   const uncased = make(true), cased = make(false);
@@ -273,6 +276,13 @@ function wordpieceLayouts(base) {
       decoder: { type: "WordPiece", prefix: "##", cleanup: true },
       model: { type: "WordPiece", unk_token: "[UNK]", continuing_subword_prefix: "##",
                max_input_chars_per_word: 100, vocab: uncased },
+    },
+    // Under Metaspace: every word starts with "▁"; no normalizer, a Metaspace decoder.
+    "wordpiece-metaspace": {
+      version: "1.0", truncation: null, padding: null, added_tokens: added(marked),
+      normalizer: null, pre_tokenizer: metaspace, post_processor: null, decoder: metaspace,
+      model: { type: "WordPiece", unk_token: "[UNK]", continuing_subword_prefix: "##",
+               max_input_chars_per_word: 100, vocab: marked },
     },
     "wordpiece-cased": {
       version: "1.0", truncation: null, padding: null, added_tokens: added(cased),
@@ -363,7 +373,7 @@ if (mode === "variants") {
   writeFileSync(`${target}/lowercase.json`, JSON.stringify(lowercase));
   writeFileSync(`${target}/nmt.json`, JSON.stringify(nmt));
   console.log("variants: gpt2.json llama3.json qwen2.json nfkd.json lowercase.json nmt.json llama2.json mistral.json " +
-              "spm-unk.json wordpiece.json wordpiece-cased.json wordlevel.json wordlevel-metaspace.json " + Object.keys(layouts).map((n) => `${n}.json`).join(" "));
+              "spm-unk.json wordpiece.json wordpiece-cased.json wordpiece-metaspace.json wordlevel.json wordlevel-metaspace.json " + Object.keys(layouts).map((n) => `${n}.json`).join(" "));
 } else if (mode === "spm") {
   const converted = spmToTokenizerJson(readFileSync(tokenizerPath));
   writeFileSync(target, JSON.stringify(converted));
