@@ -279,8 +279,6 @@ void read_unk_token(const json& model, const std::string& where,
 void read_wordpiece(const json& model, const std::string& name, const json& j,
                     SubwordTokenizer::Model* m) {
   const auto where = name + ": model";
-  LOL_CHECK(!m->byte_level, name,
-            ": a WordPiece model with a ByteLevel pre-tokenizer is not supported");
   const auto ids = read_vocab(model, name, j, m);
   m->continuing_prefix = string_field(model, "continuing_subword_prefix", where, "##");
   const auto& max =
@@ -294,8 +292,6 @@ void read_wordpiece(const json& model, const std::string& name, const json& j,
 // WordLevel: {token: id} and the unknown token, which HF requires.
 void read_wordlevel(const json& model, const std::string& name, const json& j,
                     SubwordTokenizer::Model* m) {
-  LOL_CHECK(!m->byte_level, name,
-            ": a WordLevel model with a ByteLevel pre-tokenizer is not supported");
   read_unk_token(model, name + ": model", read_vocab(model, name, j, m), std::nullopt, m);
 }
 
@@ -1059,8 +1055,8 @@ std::unique_ptr<SubwordTokenizer> SubwordTokenizer::from_json(const json& j,
                          add_pre_tokenizer(c, at, &m);
                        });
   const bool byte_level_seen = m.byte_level;
-  LOL_CHECK(!byte_level_seen || m.kind != Kind::kUnigram, name,
-            ": a Unigram model with a ByteLevel pre-tokenizer is not supported");
+  LOL_CHECK(!byte_level_seen || m.kind == Kind::kBpe, name, ": a ", type,
+            " model with a ByteLevel pre-tokenizer is not supported");
   LOL_CHECK(!byte_level_seen || !m.metaspace, name,
             ": pre_tokenizer has both ByteLevel and Metaspace");
   m.byte_fallback = bool_field(model, "byte_fallback", name + ": model");
