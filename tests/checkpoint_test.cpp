@@ -256,6 +256,7 @@ TEST(Config, FuzzDictionaryListsEveryFieldAndWord) {
   expect_words_in_dictionary<Family>(dict);
   expect_words_in_dictionary<CoreAttention>(dict);
   expect_words_in_dictionary<BalanceCount>(dict);
+  expect_words_in_dictionary<BalanceSpace>(dict);
   expect_words_in_dictionary<Optimizer>(dict);
   expect_words_in_dictionary<Schedule>(dict);
   expect_words_in_dictionary<GrowShape>(dict);

@@ -275,75 +275,120 @@ TEST(GoldenRouting, ExecutedDepthBelowDMatchesTheReference) {
   EXPECT_THROW(model->forward(layout, options), Error);
 }
 
+// A balancing bias that moves decisions, on p and on the logits, for the routed core and the
+// MoE layers: the engine (bias on log p) against the reference (bias on the logits themselves).
+// Two models with the same weights and bias, one per space, must give different logits (some
+// window or token routed differently), so neither space can pass as the other.
+TEST(GoldenRouting, BalanceBiasInEitherSpaceMatchesTheReference) {
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> spread(-0.3f, 0.3f);
+  for (auto family : {Family::kLol, Family::kMoe}) {
+    auto c = random_config(rng, family);
+    c.library_size = std::max<int64_t>(c.library_size, 3);
+    c.moe_experts = std::max<int64_t>(c.moe_experts, 3);
+    c.moe_top_k = 1;
+    const auto docs = testing::random_documents(rng, c, 16);
+    const Layout layout(make_batch(docs, true), c.vocab_size, testing::device());
+    std::vector<float> bias_values(64);
+    for (auto& v : bias_values) v = spread(rng);
+    std::vector<torch::Tensor> logits;  // per space
+    for (auto space : {BalanceSpace::kProbs, BalanceSpace::kLogits}) {
+      c.balance_space = space;
+      SCOPED_TRACE(c.to_json().dump());
+      auto model = make_model(c, 41);
+      torch::NoGradGuard no_grad;
+      for (auto& bias : model->core().balance_biases())
+        bias.copy_(torch::tensor(bias_values).narrow(0, 0, bias.size(0)));
+      logits.push_back(model->forward(layout).logits);
+      for (int trial = 0; trial < 3; ++trial)
+        expect_matches_reference(c, model, testing::random_documents(rng, c, 3), trial % 2 == 0);
+    }
+    // Same weights and decisions would give bit-identical logits; a small model's experts differ
+    // little, so one token routed elsewhere moves the MoE's logits by about 1e-3.
+    EXPECT_GT(max_abs_diff(logits[0], logits[1]), 1e-5) << enum_name(family);
+  }
+}
+
 // Top-1 selection as tensor operations (no host copy, so a GPU keeps its routes on the device)
-// against a plain loop over the same float32 sums: ties (the first maximum wins), margins, and a
+// against a plain loop over the same sums, with the bias on p (float32 sums, compared exactly)
+// and on log p (double sums, margins to 1e-5): ties (the first maximum wins), margins, and a
 // forced path with an id, a gate, both, a gap and ordinals past its last entry.
 TEST(Routing, SelectionOnTheDeviceMatchesAHostLoop) {
   const int64_t windows = 60;
   std::mt19937 rng(11);
-  for (int64_t L : {1, 2, 5}) {
-    ForcedPath force;
-    force.depths[2][1] = {3 % L, std::nullopt};
-    force.depths[2][3] = {std::nullopt, 0.25};
-    force.depths[2][5] = {1 % L, 0.75};  // ordinals 6, 7, ... take this one
-    force.depths[1][0] = {0, std::nullopt};
-    for (int64_t depth : {2, 3})
-      for (const ForcedPath* path : std::vector<const ForcedPath*>{nullptr, &force}) {
-        // Probabilities on a grid of eighths, so rows hold ties; the bias has ties too.
-        auto probs = torch::randint(0, 8, {windows, L}, torch::kInt64).to(torch::kFloat32) / 8;
-        auto bias = torch::randint(0, 2, {L}, torch::kInt64).to(torch::kFloat32) / 8;
-        std::vector<int64_t> ordinals(windows);
-        for (auto& k : ordinals) k = static_cast<int64_t>(rng() % 9);
-        auto dev_probs = probs.to(testing::device()).requires_grad_();
-        auto got = select_experts(dev_probs, bias.to(testing::device()), depth,
-                                  torch::tensor(ordinals).to(testing::device()), path);
-        const auto& h = got.host();
-        auto gates = got.gates.detach().to(torch::kCPU);
-        ASSERT_EQ(h.experts.size(), static_cast<size_t>(windows));
-        const float* p = probs.data_ptr<float>();
-        const float* b = bias.data_ptr<float>();
-        for (int64_t w = 0; w < windows; ++w) {
-          std::vector<float> sum(L);
-          for (int64_t m = 0; m < L; ++m) sum[m] = p[w * L + m] + b[m];
-          int64_t best = 0;
-          for (int64_t m = 1; m < L; ++m)
-            if (sum[m] > sum[best]) best = m;
-          double second = -std::numeric_limits<double>::infinity();
-          for (int64_t m = 0; m < L; ++m)
-            if (m != best) second = std::max(second, static_cast<double>(sum[m]));
-          const double margin =
-              L > 1 ? sum[best] - second : std::numeric_limits<double>::infinity();
-          int64_t expert = best;
-          float gate = 0;
-          bool forced_gate = false, forced_expert = false;
-          const auto* entry = path ? path->find(depth, ordinals[w]) : nullptr;
-          if (entry && entry->expert) {
-            expert = *entry->expert;
-            forced_expert = true;
+  for (auto space : {BalanceSpace::kProbs, BalanceSpace::kLogits})
+    for (int64_t L : {1, 2, 5}) {
+      ForcedPath force;
+      force.depths[2][1] = {3 % L, std::nullopt};
+      force.depths[2][3] = {std::nullopt, 0.25};
+      force.depths[2][5] = {1 % L, 0.75};  // ordinals 6, 7, ... take this one
+      force.depths[1][0] = {0, std::nullopt};
+      const bool logits = space == BalanceSpace::kLogits;
+      for (int64_t depth : {2, 3})
+        for (const ForcedPath* path : std::vector<const ForcedPath*>{nullptr, &force}) {
+          // Probabilities on a grid of eighths (above zero for log p), so rows hold ties; the bias
+          // has ties too. No two different sums on these grids are within float rounding.
+          auto probs =
+              torch::randint(logits ? 1 : 0, 8, {windows, L}, torch::kInt64).to(torch::kFloat32) /
+              8;
+          auto bias = torch::randint(0, 2, {L}, torch::kInt64).to(torch::kFloat32) / 8;
+          std::vector<int64_t> ordinals(windows);
+          for (auto& k : ordinals) k = static_cast<int64_t>(rng() % 9);
+          auto dev_probs = probs.to(testing::device()).requires_grad_();
+          auto got = select_experts(dev_probs, bias.to(testing::device()), space, depth,
+                                    torch::tensor(ordinals).to(testing::device()), path);
+          const auto& h = got.host();
+          auto gates = got.gates.detach().to(torch::kCPU);
+          ASSERT_EQ(h.experts.size(), static_cast<size_t>(windows));
+          const float* p = probs.data_ptr<float>();
+          const float* b = bias.data_ptr<float>();
+          for (int64_t w = 0; w < windows; ++w) {
+            std::vector<double> sum(L);
+            for (int64_t m = 0; m < L; ++m)
+              sum[m] = logits ? std::log(static_cast<double>(p[w * L + m])) + b[m]
+                              : static_cast<double>(p[w * L + m] + b[m]);
+            int64_t best = 0;
+            for (int64_t m = 1; m < L; ++m)
+              if (sum[m] > sum[best]) best = m;
+            double second = -std::numeric_limits<double>::infinity();
+            for (int64_t m = 0; m < L; ++m)
+              if (m != best) second = std::max(second, static_cast<double>(sum[m]));
+            const double margin =
+                L > 1 ? sum[best] - second : std::numeric_limits<double>::infinity();
+            int64_t expert = best;
+            float gate = 0;
+            bool forced_gate = false, forced_expert = false;
+            const auto* entry = path ? path->find(depth, ordinals[w]) : nullptr;
+            if (entry && entry->expert) {
+              expert = *entry->expert;
+              forced_expert = true;
+            }
+            gate = p[w * L + expert];
+            if (entry && entry->gate) {
+              gate = static_cast<float>(*entry->gate);
+              forced_gate = true;
+            }
+            SCOPED_TRACE("L " + std::to_string(L) + " depth " + std::to_string(depth) + " window " +
+                         std::to_string(w));
+            EXPECT_EQ(h.router_choice[w], best);
+            EXPECT_EQ(h.experts[w], expert);
+            if (logits && L > 1)
+              EXPECT_NEAR(h.margins[w], margin, 1e-5);
+            else
+              EXPECT_EQ(h.margins[w], margin);
+            EXPECT_EQ(h.forced_expert[w] != 0, forced_expert);
+            EXPECT_EQ(h.forced_gate[w] != 0, forced_gate);
+            EXPECT_EQ(gates[w].item<float>(), gate);
           }
-          gate = p[w * L + expert];
-          if (entry && entry->gate) {
-            gate = static_cast<float>(*entry->gate);
-            forced_gate = true;
-          }
-          SCOPED_TRACE("L " + std::to_string(L) + " depth " + std::to_string(depth) + " window " +
-                       std::to_string(w));
-          EXPECT_EQ(h.router_choice[w], best);
-          EXPECT_EQ(h.experts[w], expert);
-          EXPECT_EQ(h.margins[w], margin);
-          EXPECT_EQ(h.forced_expert[w] != 0, forced_expert);
-          EXPECT_EQ(h.forced_gate[w] != 0, forced_gate);
-          EXPECT_EQ(gates[w].item<float>(), gate);
+          // The gate carries the router's gradient, unless forced.
+          got.gates.sum().backward();
+          auto grad = dev_probs.grad().to(torch::kCPU);
+          for (int64_t w = 0; w < windows; ++w)
+            for (int64_t m = 0; m < L; ++m)
+              EXPECT_EQ(grad[w][m].item<float>(),
+                        m == h.experts[w] && h.forced_gate[w] == 0 ? 1.0f : 0.0f);
         }
-        // The gate carries the router's gradient, unless forced.
-        got.gates.sum().backward();
-        auto grad = dev_probs.grad().to(torch::kCPU);
-        for (int64_t w = 0; w < windows; ++w)
-          for (int64_t m = 0; m < L; ++m)
-            EXPECT_EQ(grad[w][m].item<float>(),
-                      m == h.experts[w] && h.forced_gate[w] == 0 ? 1.0f : 0.0f);
-      }
-  }
+    }
 }
 
 // Grouping rows by block: the stable sort a GPU runs and the CPU's counting pass (over a tensor or

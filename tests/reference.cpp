@@ -70,12 +70,19 @@ torch::Tensor swiglu(const Context& ctx, const std::string& p, const torch::Tens
   return torch::matmul(torch::silu(g) * u, ctx.get(p + "down.weight").t());
 }
 
+// What the balancing bias is added to before selection: p (SPEC 1.4) or the logits themselves.
+torch::Tensor scores(const ModelConfig& c, const torch::Tensor& logits,
+                     const torch::Tensor& probs) {
+  return c.balance_space == BalanceSpace::kLogits ? logits : probs;
+}
+
 torch::Tensor moe_ffn(const Context& ctx, const std::string& p, const torch::Tensor& h) {
-  auto probs = torch::softmax(torch::matmul(h, ctx.get(p + "router.weight").t()), -1);
+  auto logits = torch::matmul(h, ctx.get(p + "router.weight").t());
+  auto probs = torch::softmax(logits, -1);
   auto bias = ctx.get(p + "balance_bias");
   auto out = torch::zeros_like(h);
   for (int64_t i = 0; i < h.size(0); ++i) {
-    auto sel = std::get<1>((probs[i] + bias).topk(ctx.c.moe_top_k));
+    auto sel = std::get<1>((scores(ctx.c, logits[i], probs[i]) + bias).topk(ctx.c.moe_top_k));
     for (int64_t j = 0; j < sel.size(0); ++j) {
       int64_t e = sel[j].item<int64_t>();
       out[i] +=
@@ -141,8 +148,9 @@ torch::Tensor routed_core(const Context& ctx, torch::Tensor x, const torch::Tens
         r = r / static_cast<double>(k);
       }
       auto R = router.size(0) == 1 ? router[0] : router[l - 1];
-      auto probs = torch::softmax(torch::matmul(R, r), 0);
-      auto scored = probs + bias;
+      auto logits = torch::matmul(R, r);
+      auto probs = torch::softmax(logits, 0);
+      auto scored = scores(c, logits, probs) + bias;
       auto sorted = std::get<0>(scored.sort(0, /*descending=*/true));
       int64_t expert = scored.argmax().item<int64_t>();
       double margin = c.library_size > 1 ? (sorted[0] - sorted[1]).item<double>()

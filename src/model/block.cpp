@@ -6,6 +6,7 @@
 #include "model/cpu_fast.h"
 #include "model/expert_tiles.h"
 #include "model/packed_gemm.h"
+#include "model/router.h"
 #include "model/sliced_linear.h"
 #include "util/autocast.h"
 #include "util/op_profile.h"
@@ -150,7 +151,8 @@ torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
   return down_proj.apply(swiglu(gate_up.apply(x, {gate->weight, up->weight})), {down->weight});
 }
 
-MoeFeedForwardImpl::MoeFeedForwardImpl(const ModelConfig& c) : top_k(c.moe_top_k) {
+MoeFeedForwardImpl::MoeFeedForwardImpl(const ModelConfig& c)
+    : balance_space(c.balance_space), top_k(c.moe_top_k) {
   experts = register_module("experts", torch::nn::ModuleList());
   for (int64_t e = 0; e < c.moe_experts; ++e) {
     FeedForward expert(c.d_model, c.ffn_hidden);
@@ -163,12 +165,13 @@ MoeFeedForwardImpl::MoeFeedForwardImpl(const ModelConfig& c) : top_k(c.moe_top_k
 }
 
 torch::Tensor MoeFeedForwardImpl::forward(const torch::Tensor& x) {
-  // p = softmax(router(x)); experts chosen by top-k of p + bias; each weighted by its p
-  // (not renormalised, so top-1 still passes gradient to the router).
+  // p = softmax(router(x)); experts chosen by top-k of p + bias (or log p + bias); each weighted
+  // by its p (not renormalised, so top-1 still passes gradient to the router).
   const int64_t num_experts = static_cast<int64_t>(experts->size());
-  auto probs = torch::softmax(router->forward(x), -1);                         // (n, E)
-  auto choice = std::get<1>((probs.detach() + balance_bias).topk(top_k, -1));  // (n, k)
-  auto gates = probs.gather(1, choice);                                        // (n, k)
+  auto probs = torch::softmax(router->forward(x), -1);  // (n, E)
+  auto choice =
+      std::get<1>(balanced_scores(probs, balance_bias, balance_space).topk(top_k, -1));  // (n, k)
+  auto gates = probs.gather(1, choice);                                                  // (n, k)
   auto flat_gates = gates.reshape({-1});
   // The (token, slot) pairs grouped by expert: slot i * k + j is token i's j-th choice.
   if (expert_products(x.device()) == ExpertProducts::kTiled) {

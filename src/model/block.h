@@ -105,6 +105,7 @@ struct MoeFeedForwardImpl : torch::nn::Module {
   torch::nn::ModuleList experts{nullptr};
   torch::nn::Linear router{nullptr};  // (E, d)
   torch::Tensor balance_bias;         // (E) buffer, moved by the trainer, not by gradient
+  BalanceSpace balance_space;
   int64_t top_k;
   // Tokens per expert in the latest forward, (E) int64 (undefined: none; on the model's device
   // when the tiled products counted them there), and the same on the host (empty: none).

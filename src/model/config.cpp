@@ -32,6 +32,13 @@ const std::vector<std::pair<BalanceCount, const char*>>& enum_names<BalanceCount
   return names;
 }
 
+template <>
+const std::vector<std::pair<BalanceSpace, const char*>>& enum_names<BalanceSpace>() {
+  static const std::vector<std::pair<BalanceSpace, const char*>> names = {
+      {BalanceSpace::kProbs, "probs"}, {BalanceSpace::kLogits, "logits"}};
+  return names;
+}
+
 const std::vector<Field<ModelConfig>>& ModelConfig::fields() {
   using C = ModelConfig;
   static const std::vector<Field<C>> table = {
@@ -52,6 +59,7 @@ const std::vector<Field<ModelConfig>>& ModelConfig::fields() {
       field("balance_rate", &C::balance_rate, "loss-free balancing rate u"),
       field("balance_count", &C::balance_count, "what a balancing load counts"),
       field("balance_window0", &C::balance_window0, "count window 0 in the load"),
+      field("balance_space", &C::balance_space, "where the balancing bias is added"),
       field("rope_theta", &C::rope_theta, "rotary base"),
       field("norm_eps", &C::norm_eps, "RMSNorm epsilon"),
       field("tie_embeddings", &C::tie_embeddings, "tie LM head to embedding"),

@@ -14,6 +14,8 @@ enum class Family { kLol, kDense, kLooped, kMoe };
 enum class CoreAttention { kFull, kSliding, kStrided };
 // What a load counts for loss-free balancing (SPEC 1.7).
 enum class BalanceCount { kWindows, kTokens };
+// Where the balancing bias is added before top-k selection (SPEC 1.4 adds it to p; docs/config.md).
+enum class BalanceSpace { kProbs, kLogits };
 
 template <>
 const std::vector<std::pair<Family, const char*>>& enum_names<Family>();
@@ -21,6 +23,8 @@ template <>
 const std::vector<std::pair<CoreAttention, const char*>>& enum_names<CoreAttention>();
 template <>
 const std::vector<std::pair<BalanceCount, const char*>>& enum_names<BalanceCount>();
+template <>
+const std::vector<std::pair<BalanceSpace, const char*>>& enum_names<BalanceSpace>();
 
 struct ModelConfig {
   Family family = Family::kLol;   // lol | dense | looped | moe
@@ -40,10 +44,11 @@ struct ModelConfig {
   double balance_rate = 1e-3;     // u: loss-free balancing bias step (SPEC 1.7)
   BalanceCount balance_count = BalanceCount::kWindows;  // windows | tokens
   bool balance_window0 = false;  // count window 0 (content-independent route) in the load
-  double rope_theta = 10000.0;   // rotary base
-  double norm_eps = 1e-5;        // RMSNorm epsilon
-  bool tie_embeddings = true;    // LM head shares the embedding matrix
-  int64_t max_seq_len = 1024;    // longest document the model is meant for
+  BalanceSpace balance_space = BalanceSpace::kProbs;    // probs: p + b | logits: log p + b
+  double rope_theta = 10000.0;                          // rotary base
+  double norm_eps = 1e-5;                               // RMSNorm epsilon
+  bool tie_embeddings = true;                           // LM head shares the embedding matrix
+  int64_t max_seq_len = 1024;                           // longest document the model is meant for
   CoreAttention core_attention = CoreAttention::kFull;  // non-lol core: full | sliding | strided
   int64_t loop_blocks = 1;  // R: distinct blocks of the looped core (core_depth % R == 0)
   int64_t moe_experts = 4;  // FFN experts per MoE layer

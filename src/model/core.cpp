@@ -110,8 +110,8 @@ torch::Tensor LolCore::router_inputs(const torch::Tensor& first_states,
 RouteDecisions LolCore::route(const torch::Tensor& inputs, int64_t depth,
                               const std::vector<int64_t>& ordinals, const ForcedPath* force) const {
   auto probs = router_->probabilities(inputs, depth, /*add_noise=*/false);
-  return select_experts(probs, router_->balance_bias, depth, int64_tensor(ordinals, probs.device()),
-                        force);
+  return select_experts(probs, router_->balance_bias, config_.balance_space, depth,
+                        int64_tensor(ordinals, probs.device()), force);
 }
 
 torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,

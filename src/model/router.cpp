@@ -85,7 +85,8 @@ json ForcedPath::to_json() const {
   return json{{"entries", entries}};
 }
 
-RouterImpl::RouterImpl(const ModelConfig& c) : noise_std(c.router_noise_std) {
+RouterImpl::RouterImpl(const ModelConfig& c)
+    : balance_space(c.balance_space), noise_std(c.router_noise_std) {
   const int64_t copies = c.router_tied ? 1 : c.core_depth;
   weight = register_parameter("weight", torch::zeros({copies, c.library_size, c.d_model}));
   depth_vectors = register_parameter("depth_vectors", torch::zeros({c.core_depth, c.d_model}));
@@ -136,7 +137,8 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
                               depth_vectors[depth - 1]);  // (Nw, d)
 
   auto probs = probabilities(inputs, depth, add_noise);
-  RouteDecisions out = select_experts(probs, balance_bias, depth, part.ordinals_t, force);
+  RouteDecisions out =
+      select_experts(probs, balance_bias, balance_space, depth, part.ordinals_t, force);
   out.partition = &part;
   out.router_inputs = inputs;
   return out;
@@ -244,14 +246,21 @@ torch::Tensor RouterImpl::probabilities(const torch::Tensor& inputs, int64_t dep
   return torch::softmax(logits, -1);
 }
 
-RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& bias, int64_t depth,
-                              const torch::Tensor& ordinals, const ForcedPath* force) {
+torch::Tensor balanced_scores(const torch::Tensor& probs, const torch::Tensor& bias,
+                              BalanceSpace space) {
+  // log p = z - logsumexp(z) is a shift of each row's logits: the ranking of z + b.
+  return space == BalanceSpace::kLogits ? probs.detach().log() + bias : probs.detach() + bias;
+}
+
+RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& bias,
+                              BalanceSpace space, int64_t depth, const torch::Tensor& ordinals,
+                              const ForcedPath* force) {
   const int64_t num_windows = probs.size(0), L = probs.size(1);
   const auto device = probs.device();
   RouteDecisions out;
   out.depth = depth;
   out.probs = probs;
-  auto biased = probs.detach() + bias;
+  auto biased = balanced_scores(probs, bias, space);
   out.router_choice = biased.argmax(1);  // the first maximum, on every device
   if (L > 1) {
     auto top = std::get<0>(biased.topk(2, 1)).to(torch::kFloat64);

@@ -41,9 +41,10 @@ struct RouteRecord {
   int64_t position = 0;       // first token of the window within its document
   int64_t length = -1;        // tokens in the window; -1 when unknown (decoding opens it)
   int64_t expert = 0;         // rho, the expert that ran
-  int64_t router_choice = 0;  // argmax of p + b before forcing
+  int64_t router_choice = 0;  // argmax of the balanced scores (p + b) before forcing
   double gate = 0;            // alpha
-  double margin = 0;          // best minus second-best p + b (inf when L = 1: null in JSON)
+  double margin = 0;          // best minus second-best balanced score (inf when L = 1: null in
+                              // JSON)
   bool forced_expert = false, forced_gate = false;
   std::vector<double> probs;  // p, before the bias
   json to_json() const;
@@ -58,9 +59,10 @@ struct RouteDecisions {
   int64_t depth = 0;  // l, 1-based
   const WindowPartition* partition = nullptr;
   torch::Tensor experts;                     // (windows) int64: rho
-  torch::Tensor router_choice;               // (windows) int64: argmax of p + b before forcing
-  torch::Tensor margins;                     // (windows) float64: best minus second-best of
-                                             // p + b (inf when L = 1)
+  torch::Tensor router_choice;               // (windows) int64: argmax of the balanced scores
+                                             // (p + b) before forcing
+  torch::Tensor margins;                     // (windows) float64: best minus second-best
+                                             // balanced score (inf when L = 1)
   torch::Tensor forced_expert, forced_gate;  // (windows) bool
   torch::Tensor router_inputs;               // (windows, d)
   torch::Tensor probs;                       // (windows, L) softmax before the bias
@@ -84,13 +86,20 @@ struct RouteDecisions {
   mutable std::shared_ptr<const Host> host_;
 };
 
-// Top-1 selection from router probabilities (SPEC 1.4, 1.6): argmax of p + bias (the first
-// maximum on ties), then the forced path; alpha = p of the chosen expert unless the gate is
-// forced. One row per window, `ordinals` (windows) int64 its window ordinal, on the device of
+// The scores that top-k selection ranks (SPEC 1.4, 1.7): p + bias (balance_space "probs", the
+// SPEC's rule) or log p + bias ("logits": the same ranking as logits + bias, so a bias can
+// outweigh a saturated router; docs/config.md). Detached: selection passes no gradient.
+torch::Tensor balanced_scores(const torch::Tensor& probs, const torch::Tensor& bias,
+                              BalanceSpace space);
+
+// Top-1 selection from router probabilities (SPEC 1.4, 1.6): argmax of the balanced scores (the
+// first maximum on ties), then the forced path; alpha = p of the chosen expert unless the gate
+// is forced. One row per window, `ordinals` (windows) int64 its window ordinal, on the device of
 // `probs`. Tensor operations only: nothing waits for the device. Fills every RouteDecisions
 // field but partition and inputs.
-RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& bias, int64_t depth,
-                              const torch::Tensor& ordinals, const ForcedPath* force);
+RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& bias,
+                              BalanceSpace space, int64_t depth, const torch::Tensor& ordinals,
+                              const ForcedPath* force);
 
 struct RouterImpl : torch::nn::Module {
   explicit RouterImpl(const ModelConfig& c);
@@ -109,6 +118,7 @@ struct RouterImpl : torch::nn::Module {
   torch::Tensor weight;         // (R, L, d): R = 1 tied, R = D untied
   torch::Tensor depth_vectors;  // (D, d): e[l]
   torch::Tensor balance_bias;   // (L) buffer
+  BalanceSpace balance_space;
   double noise_std;
   ParamRoles roles;
 };
