@@ -91,6 +91,33 @@ TEST_F(CheckpointTest, CanonicalNamesAndShapesOfTheLolFamily) {
     EXPECT_EQ(tensors[name].sizes().vec(), shape) << name;
     EXPECT_EQ(tensors[name].scalar_type(), torch::kFloat32);
   }
+  // balance_per_depth: one bias row per routed depth under the same name; it loads back row for
+  // row, and a config without the option names the shape it needs.
+  c.balance_per_depth = true;
+  auto per_depth = make_model(c, 1);
+  {
+    torch::NoGradGuard no_grad;
+    per_depth->core().balance_biases()[2].fill_(0.5);
+  }
+  save_model(per_depth, dir_.string());
+  tensors = read_safetensors((dir_ / "model.safetensors").string());
+  EXPECT_EQ(tensors["router.balance_bias"].sizes().vec(),
+            (std::vector<int64_t>{c.core_depth, c.library_size}));
+  auto loaded = load_model(dir_.string());
+  EXPECT_TRUE(torch::equal(loaded->core().balance_biases()[2], torch::full({c.library_size}, 0.5)));
+  EXPECT_TRUE(torch::equal(loaded->core().balance_biases()[1], torch::zeros({c.library_size})));
+  c.balance_per_depth = false;
+  write_file_atomic((dir_ / "config.json").string(), c.to_json().dump());
+  try {
+    load_model(dir_.string());
+    ADD_FAILURE() << "a (D, L) bias loaded into a model with one bias";
+  } catch (const Error& e) {
+    const auto D = std::to_string(c.core_depth), L = std::to_string(c.library_size);
+    EXPECT_NE(std::string(e.what()).find("tensor 'router.balance_bias' has shape [" + D + ", " + L +
+                                         "], the config needs [" + L + "]"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(CheckpointTest, MalformedFilesGiveTheirOwnErrors) {

@@ -309,6 +309,30 @@ TEST(GoldenRouting, BalanceBiasInEitherSpaceMatchesTheReference) {
   }
 }
 
+// balance_per_depth: depth l adds row l of a (D, L) bias, in the engine's forward and in the
+// reference; rows that differ must change the logits against every depth using row 0.
+TEST(GoldenRouting, PerDepthBiasMatchesTheReference) {
+  std::mt19937 rng(78);
+  auto c = random_config(rng, Family::kLol);
+  c.core_depth = 3;
+  c.library_size = 4;
+  c.balance_per_depth = true;
+  SCOPED_TRACE(c.to_json().dump());
+  auto model = make_model(c, 43);
+  const auto docs = testing::random_documents(rng, c, 16);
+  const Layout layout(make_batch(docs, true), c.vocab_size, testing::device());
+  torch::NoGradGuard no_grad;
+  auto bias = model->named_buffers()["router.balance_bias"];  // shares the buffer
+  ASSERT_EQ(bias.sizes().vec(), (std::vector<int64_t>{3, 4}));
+  bias.copy_(torch::tensor(
+      {{0.6f, -0.2f, -0.2f, -0.2f}, {-0.2f, 0.6f, -0.2f, -0.2f}, {-0.2f, -0.2f, -0.2f, 0.6f}}));
+  for (int trial = 0; trial < 3; ++trial)
+    expect_matches_reference(c, model, testing::random_documents(rng, c, 3), trial % 2 == 0);
+  const auto per_depth = model->forward(layout).logits;
+  bias.copy_(bias[0].unsqueeze(0).expand({3, 4}).clone());
+  EXPECT_GT(max_abs_diff(per_depth, model->forward(layout).logits), 1e-5);
+}
+
 // Top-1 selection as tensor operations (no host copy, so a GPU keeps its routes on the device)
 // against a plain loop over the same sums, with the bias on p (float32 sums, compared exactly)
 // and on log p (double sums, margins to 1e-5): ties (the first maximum wins), margins, and a

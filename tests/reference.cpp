@@ -150,7 +150,8 @@ torch::Tensor routed_core(const Context& ctx, torch::Tensor x, const torch::Tens
       auto R = router.size(0) == 1 ? router[0] : router[l - 1];
       auto logits = torch::matmul(R, r);
       auto probs = torch::softmax(logits, 0);
-      auto scored = scores(c, logits, probs) + bias;
+      // One bias for the router, or row l of the (D, L) bias with balance_per_depth.
+      auto scored = scores(c, logits, probs) + (bias.dim() == 2 ? bias[l - 1] : bias);
       auto sorted = std::get<0>(scored.sort(0, /*descending=*/true));
       int64_t expert = scored.argmax().item<int64_t>();
       double margin = c.library_size > 1 ? (sorted[0] - sorted[1]).item<double>()

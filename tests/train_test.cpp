@@ -508,11 +508,16 @@ TEST_P(ResumeTest, ResumingAtEveryStepReproducesTheUninterruptedRun) {
 INSTANTIATE_TEST_SUITE_P(PresetsAndFamilies, ResumeTest, ::testing::ValuesIn(resume_cases()),
                          [](const auto& test) { return test.param.name; });
 
-// For every family whose core balances its routers (lol's window router, each MoE layer).
+// For every family whose core balances its routers (lol's window router, or each of its depths
+// with balance_per_depth; each MoE layer).
 TEST(Balancing, BiasMovesLoadTowardUniform) {
   int balanced_families = 0;
-  for (Family family : testing::all_families()) {
+  std::vector<std::pair<Family, bool>> cases;  // family, balance_per_depth
+  for (Family family : testing::all_families()) cases.emplace_back(family, false);
+  cases.emplace_back(Family::kLol, true);
+  for (auto [family, per_depth] : cases) {
     auto c = train_model_config(family);
+    c.balance_per_depth = per_depth;
     c.library_size = 4;
     c.moe_experts = 4;
     c.moe_top_k = 1;
@@ -552,7 +557,52 @@ TEST(Balancing, BiasMovesLoadTowardUniform) {
       EXPECT_NEAR(biases[r].sum().item<double>(), 0.0, 1e-6);
     }
   }
-  EXPECT_EQ(balanced_families, 2);  // lol and moe
+  EXPECT_EQ(balanced_families, 3);  // lol, lol per depth and moe
+}
+
+// balance_per_depth: each routed depth's load is its own count of windows per expert (ordinal
+// >= 1), the loads of the depths past the executed one are zero, and together they are the one
+// load of the shared bias.
+TEST(Balancing, PerDepthLoadsAreEachDepthsOwnCounts) {
+  auto c = train_model_config(Family::kLol);
+  c.core_depth = 4;
+  c.library_size = 4;
+  c.balance_per_depth = true;
+  auto model = testing::make_model(c, 6);
+  StrategyTask source(1, 0);
+  Packer packer(source, 4, 64);
+  Layout layout(packer.next().batch, c.vocab_size, testing::device());
+  torch::NoGradGuard no_grad;
+  {
+    // Different biases per depth, so the depths' loads differ and a mix-up shows.
+    const auto biases = model->core().balance_biases();
+    ASSERT_EQ(biases.size(), 4u);
+    for (size_t l = 0; l < biases.size(); ++l)
+      biases[l].copy_(torch::arange(4, torch::kFloat32).roll(static_cast<int64_t>(l)) * 0.3);
+  }
+  ForwardOptions options;
+  options.executed_depth = 3;
+  const auto routes = model->forward(layout, options).routes;
+  BalanceLoads loads;
+  model->core().count_loads(routes, loads);
+  ASSERT_EQ(loads.loads.size(), 4u);
+  std::vector<std::vector<double>> expected(4, std::vector<double>(4, 0.0));
+  for (const auto& r : routes)
+    for (size_t w = 0; w < r.partition->windows.size(); ++w)
+      if (r.partition->windows[w].ordinal > 0) expected[r.depth - 1][r.host().experts[w]] += 1;
+  EXPECT_EQ(loads.loads, expected);
+  EXPECT_NE(expected[0], expected[1]);
+  // The shared bias's one load is the sum over depths.
+  auto shared_config = c;
+  shared_config.balance_per_depth = false;
+  auto shared = testing::make_model(shared_config, 6);
+  BalanceLoads one;
+  shared->core().count_loads(routes, one);
+  ASSERT_EQ(one.loads.size(), 1u);
+  for (int m = 0; m < 4; ++m)
+    EXPECT_EQ(one.loads[0][m], expected[0][m] + expected[1][m] + expected[2][m] + expected[3][m]);
+  EXPECT_EQ(one.decisions, loads.decisions);
+  EXPECT_EQ(one.agreements, loads.agreements);
 }
 
 // A moe core reads every block's loads in one transfer: each block's row is that block's own

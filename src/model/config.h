@@ -44,11 +44,12 @@ struct ModelConfig {
   double balance_rate = 1e-3;     // u: loss-free balancing bias step (SPEC 1.7)
   BalanceCount balance_count = BalanceCount::kWindows;  // windows | tokens
   bool balance_window0 = false;  // count window 0 (content-independent route) in the load
-  BalanceSpace balance_space = BalanceSpace::kProbs;    // probs: p + b | logits: log p + b
-  double rope_theta = 10000.0;                          // rotary base
-  double norm_eps = 1e-5;                               // RMSNorm epsilon
-  bool tie_embeddings = true;                           // LM head shares the embedding matrix
-  int64_t max_seq_len = 1024;                           // longest document the model is meant for
+  BalanceSpace balance_space = BalanceSpace::kProbs;  // probs: p + b | logits: log p + b
+  bool balance_per_depth = false;  // lol: one bias and one load per routed depth (bias (D, L))
+  double rope_theta = 10000.0;     // rotary base
+  double norm_eps = 1e-5;          // RMSNorm epsilon
+  bool tie_embeddings = true;      // LM head shares the embedding matrix
+  int64_t max_seq_len = 1024;      // longest document the model is meant for
   CoreAttention core_attention = CoreAttention::kFull;  // non-lol core: full | sliding | strided
   int64_t loop_blocks = 1;  // R: distinct blocks of the looped core (core_depth % R == 0)
   int64_t moe_experts = 4;  // FFN experts per MoE layer

@@ -110,7 +110,7 @@ torch::Tensor LolCore::router_inputs(const torch::Tensor& first_states,
 RouteDecisions LolCore::route(const torch::Tensor& inputs, int64_t depth,
                               const std::vector<int64_t>& ordinals, const ForcedPath* force) const {
   auto probs = router_->probabilities(inputs, depth, /*add_noise=*/false);
-  return select_experts(probs, router_->balance_bias, config_.balance_space, depth,
+  return select_experts(probs, router_->depth_bias(depth), config_.balance_space, depth,
                         int64_tensor(ordinals, probs.device()), force);
 }
 
@@ -167,13 +167,15 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
 }
 
 void LolCore::count_loads(const std::vector<RouteDecisions>& routes, BalanceLoads& loads) const {
-  loads.loads.resize(1);
-  auto& load = loads.loads[0];
-  load.resize(config_.library_size, 0.0);
+  // One load for the router, or one per routed depth (balance_per_depth): rows of L experts.
+  const int64_t L = config_.library_size;
+  const int64_t rows = config_.balance_per_depth ? config_.core_depth : 1;
+  loads.loads.resize(rows);
+  for (auto& load : loads.loads) load.resize(L, 0.0);
   if (routes.empty()) return;
-  // On the device, then one transfer: per expert the windows (or tokens) it took, and how many
-  // decisions kept the router's own top choice.
-  std::vector<torch::Tensor> experts, weights, agreed;
+  // On the device, then one transfer: per (row, expert) the windows (or tokens) it took, and how
+  // many decisions kept the router's own top choice.
+  std::vector<torch::Tensor> slots, weights, agreed;
   for (const auto& r : routes) {
     const auto& part = *r.partition;
     auto weight = config_.balance_count == BalanceCount::kTokens
@@ -181,24 +183,31 @@ void LolCore::count_loads(const std::vector<RouteDecisions>& routes, BalanceLoad
                       : torch::ones({r.experts.size(0)},
                                     torch::dtype(torch::kFloat64).device(r.experts.device()));
     if (!config_.balance_window0) weight = weight * (part.ordinals_t != 0);
-    experts.push_back(r.experts);
+    const int64_t row = rows > 1 ? (r.depth - 1) % config_.core_depth : 0;
+    slots.push_back(r.experts + row * L);
     weights.push_back(weight);
     agreed.push_back(r.probs.detach().argmax(1) == r.experts);
     loads.decisions += r.experts.size(0);
   }
-  const auto all = torch::cat(experts);
-  auto counted = torch::cat({torch::zeros({config_.library_size},
-                                          torch::dtype(torch::kFloat64).device(all.device()))
-                                 .index_add_(0, all, torch::cat(weights)),
-                             torch::cat(agreed).sum().to(torch::kFloat64).reshape({1})})
-                     .to(torch::kCPU);
+  const auto all = torch::cat(slots);
+  auto counted =
+      torch::cat({torch::zeros({rows * L}, torch::dtype(torch::kFloat64).device(all.device()))
+                      .index_add_(0, all, torch::cat(weights)),
+                  torch::cat(agreed).sum().to(torch::kFloat64).reshape({1})})
+          .to(torch::kCPU);
   const double* c = counted.data_ptr<double>();
-  for (int64_t m = 0; m < config_.library_size; ++m) load[m] += c[m];
-  loads.agreements += static_cast<int64_t>(c[config_.library_size]);
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t m = 0; m < L; ++m) loads.loads[row][m] += c[row * L + m];
+  loads.agreements += static_cast<int64_t>(c[rows * L]);
 }
 
 std::vector<torch::Tensor> LolCore::balance_biases() const {
-  return {router_->balance_bias};
+  // Rows of the (D, L) buffer are views: the trainer's in-place update moves the buffer.
+  const auto& bias = router_->balance_bias;
+  if (bias.dim() == 1) return {bias};
+  std::vector<torch::Tensor> out;
+  for (int64_t l = 0; l < bias.size(0); ++l) out.push_back(bias[l]);
+  return out;
 }
 
 // ---- dense, looped, moe ----------------------------------------------------------------

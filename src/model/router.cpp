@@ -90,7 +90,9 @@ RouterImpl::RouterImpl(const ModelConfig& c)
   const int64_t copies = c.router_tied ? 1 : c.core_depth;
   weight = register_parameter("weight", torch::zeros({copies, c.library_size, c.d_model}));
   depth_vectors = register_parameter("depth_vectors", torch::zeros({c.core_depth, c.d_model}));
-  balance_bias = register_buffer("balance_bias", torch::zeros({c.library_size}));
+  balance_bias = register_buffer("balance_bias", c.balance_per_depth
+                                                     ? torch::zeros({c.core_depth, c.library_size})
+                                                     : torch::zeros({c.library_size}));
   roles.set("weight", ParamRole::kRouter);
   roles.set("depth_vectors", ParamRole::kDepthVector);
 }
@@ -103,6 +105,10 @@ torch::Tensor window_inputs(const torch::Tensor& first_states, const torch::Tens
                       prefix_means);
 }
 }  // namespace
+
+torch::Tensor RouterImpl::depth_bias(int64_t depth) const {
+  return balance_bias.dim() == 2 ? balance_bias[depth - 1] : balance_bias;
+}
 
 torch::Tensor RouterImpl::decode_inputs(const torch::Tensor& first_states,
                                         const torch::Tensor& closed_mean_sums,
@@ -138,7 +144,7 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
 
   auto probs = probabilities(inputs, depth, add_noise);
   RouteDecisions out =
-      select_experts(probs, balance_bias, balance_space, depth, part.ordinals_t, force);
+      select_experts(probs, depth_bias(depth), balance_space, depth, part.ordinals_t, force);
   out.partition = &part;
   out.router_inputs = inputs;
   return out;

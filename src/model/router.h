@@ -117,7 +117,9 @@ struct RouterImpl : torch::nn::Module {
 
   torch::Tensor weight;         // (R, L, d): R = 1 tied, R = D untied
   torch::Tensor depth_vectors;  // (D, d): e[l]
-  torch::Tensor balance_bias;   // (L) buffer
+  torch::Tensor balance_bias;   // (L) buffer, (D, L) with balance_per_depth
+  // The bias that depth l's selection adds: balance_bias, or its row l with balance_per_depth.
+  torch::Tensor depth_bias(int64_t depth) const;
   BalanceSpace balance_space;
   double noise_std;
   ParamRoles roles;
