@@ -560,6 +560,22 @@ TEST(Balancing, BiasMovesLoadTowardUniform) {
   EXPECT_EQ(balanced_families, 3);  // lol, lol per depth and moe
 }
 
+// One packed batch of the strategy task, laid out for a model of config c.
+Layout strategy_layout(const ModelConfig& c) {
+  StrategyTask source(1, 0);
+  Packer packer(source, 4, 64);
+  return Layout(packer.next().batch, c.vocab_size, testing::device());
+}
+
+// Each balanced router's bias set apart (the experts' 0, 0.3, 0.6, 0.9 rolled by the router's
+// index), so the routers' loads differ and a mix-up between them shows.
+void roll_biases(const LanguageModel& model) {
+  torch::NoGradGuard no_grad;
+  const auto biases = model->core().balance_biases();
+  for (size_t i = 0; i < biases.size(); ++i)
+    biases[i].copy_(torch::arange(4, torch::kFloat32).roll(static_cast<int64_t>(i)) * 0.3);
+}
+
 // balance_per_depth: each routed depth's load is its own count of windows per expert (ordinal
 // >= 1), the loads of the depths past the executed one are zero, and together they are the one
 // load of the shared bias.
@@ -569,17 +585,10 @@ TEST(Balancing, PerDepthLoadsAreEachDepthsOwnCounts) {
   c.library_size = 4;
   c.balance_per_depth = true;
   auto model = testing::make_model(c, 6);
-  StrategyTask source(1, 0);
-  Packer packer(source, 4, 64);
-  Layout layout(packer.next().batch, c.vocab_size, testing::device());
+  const auto layout = strategy_layout(c);
+  ASSERT_EQ(model->core().balance_biases().size(), 4u);
+  roll_biases(model);
   torch::NoGradGuard no_grad;
-  {
-    // Different biases per depth, so the depths' loads differ and a mix-up shows.
-    const auto biases = model->core().balance_biases();
-    ASSERT_EQ(biases.size(), 4u);
-    for (size_t l = 0; l < biases.size(); ++l)
-      biases[l].copy_(torch::arange(4, torch::kFloat32).roll(static_cast<int64_t>(l)) * 0.3);
-  }
   ForwardOptions options;
   options.executed_depth = 3;
   const auto routes = model->forward(layout, options).routes;
@@ -613,16 +622,9 @@ TEST(Balancing, MoeLoadsAreEachBlocksOwnCountsUpToTheExecutedDepth) {
   c.moe_experts = 4;
   c.moe_top_k = 2;
   auto model = testing::make_model(c, 5);
-  StrategyTask source(1, 0);
-  Packer packer(source, 4, 64);
-  Layout layout(packer.next().batch, c.vocab_size, testing::device());
+  const auto layout = strategy_layout(c);
+  roll_biases(model);
   torch::NoGradGuard no_grad;
-  {
-    // Different biases per block, so the blocks' loads differ and a mix-up shows.
-    const auto biases = model->core().balance_biases();
-    for (size_t b = 0; b < biases.size(); ++b)
-      biases[b].copy_(torch::arange(4, torch::kFloat32).roll(static_cast<int64_t>(b)) * 0.3);
-  }
   ForwardOptions options;
   options.executed_depth = 3;
   BalanceLoads loads;
