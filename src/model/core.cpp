@@ -110,7 +110,7 @@ torch::Tensor LolCore::router_inputs(const torch::Tensor& first_states,
 RouteDecisions LolCore::route(const torch::Tensor& inputs, int64_t depth,
                               const std::vector<int64_t>& ordinals, const ForcedPath* force) const {
   auto probs = router_->probabilities(inputs, depth, /*add_noise=*/false);
-  return select_experts(probs, router_->depth_bias(depth), config_.balance_space, depth,
+  return select_experts(probs, router_->depth_bias(depth), router_->balance_space, depth,
                         int64_tensor(ordinals, probs.device()), force);
 }
 
