@@ -47,6 +47,7 @@ std::vector<SequenceRoutes> planted_routes(
             total += p[m] = noise(rng) + (m == favourite ? 0.6 : 0.0);
           for (auto& x : p) x /= total;
           w.route.expert = std::max_element(p.begin(), p.end()) - p.begin();
+          w.route.router_choice = w.route.expert;
           w.route.probs = std::move(p);
           s.windows.push_back(w);
         }
@@ -115,7 +116,7 @@ SequenceRoutes routes_with_experts(
       r.route.window = k;
       r.route.position = k * w;
       r.route.length = std::min(w, length - k * w);
-      r.route.expert = expert(l, k);
+      r.route.expert = r.route.router_choice = expert(l, k);
       r.route.probs.assign(library, 0.0);
       r.route.probs[r.route.expert] = 1.0;
       r.route.margin = 1.0;
@@ -628,6 +629,85 @@ TEST(Routes, PerturbationFlipsFollowTheMargins) {
     weighted += r.flip_rate_by_margin[b] * static_cast<double>(r.margin_counts[b]);
   EXPECT_NEAR(weighted, static_cast<double>(large_flips), 1e-9);
   EXPECT_TRUE(r.to_json().contains("flips"));
+}
+
+// The windows the balancing bias decided, counted by hand: the router's choice is not the first
+// maximum of p.
+TEST(RouteStats, TheBiasDecidedTheWindowsWhoseChoiceIsNotTheArgmaxOfP) {
+  RouteStatsBuilder builder(2, 3);
+  auto add = [&](const std::string& label, const std::vector<int64_t>& choices) {
+    SequenceRoutes s;
+    s.label = label;
+    s.length = 4;
+    for (int64_t l = 1; l <= 2; ++l) {
+      WindowRoute w;
+      w.route.depth = l;
+      w.route.length = 4;
+      w.route.probs = {0.2, 0.4, 0.4};  // a tie: the first maximum, expert 1, is the argmax
+      w.route.expert = w.route.router_choice = choices[static_cast<size_t>(l - 1)];
+      s.windows.push_back(w);
+    }
+    builder.add(s);
+  };
+  add("a", {1, 1});  // the router's own choices
+  add("a", {2, 1});  // depth 1 decided (also the tie's other side)
+  add("b", {0, 0});  // both decided
+  add("b", {1, 1});
+  const auto s = builder.finish();
+  EXPECT_DOUBLE_EQ(s.bias_decided, 3.0 / 8.0);
+  ASSERT_EQ(s.bias_decided_by_depth.size(), 2u);
+  EXPECT_DOUBLE_EQ(s.bias_decided_by_depth[0], 2.0 / 4.0);
+  EXPECT_DOUBLE_EQ(s.bias_decided_by_depth[1], 1.0 / 4.0);
+  EXPECT_DOUBLE_EQ(s.bias_decided_by_label.at("a"), 1.0 / 4.0);
+  EXPECT_DOUBLE_EQ(s.bias_decided_by_label.at("b"), 2.0 / 4.0);
+  EXPECT_EQ(s.to_json()["bias_decided"]["by_depth"].size(), 2u);
+  EXPECT_NE(s.to_text().find("balancing bias decided"), std::string::npos);
+}
+
+// Routes extracted from a model whose bias moves decisions at one depth only (a per-depth bias,
+// SPEC 1.7 per depth): there the bias decides exactly the windows whose most probable expert is
+// not the one it favours, counted from the recorded p; at the other depths it decides none.
+TEST(Routes, TheBiasDecidesTheWindowsItMovesAtItsOwnDepth) {
+  auto c = testing::tiny_config();
+  c.vocab_size = 160;
+  c.max_seq_len = 256;
+  c.balance_per_depth = true;
+  auto model = testing::make_model(c, 8, /*router_scale=*/3.0);
+  // The route statistics, the windows at depth 2 whose most probable expert is not expert 0,
+  // and the windows at depth 2 (each of which, with `moved`, must have chosen expert 0).
+  auto stats_of = [&](bool moved) {
+    RouteStatsBuilder stats(c.core_depth, c.library_size);
+    int64_t other = 0, windows = 0;
+    auto source = task_sequences("maze", 4, 3, 2);
+    extract_routes(model, *source, ExtractOptions{}, [&](SequenceRoutes&& s) {
+      stats.add(s);
+      for (const auto& w : s.windows) {
+        if (w.route.depth != 2) continue;
+        ++windows;
+        if (moved) {
+          EXPECT_EQ(w.route.router_choice, 0);
+        }
+        const auto& p = w.route.probs;
+        other += std::max_element(p.begin(), p.end()) - p.begin() != 0;
+      }
+    });
+    return std::make_tuple(stats.finish(), other, windows);
+  };
+  const auto [none, unused, windows] = stats_of(false);
+  EXPECT_DOUBLE_EQ(none.bias_decided, 0.0);  // a zero bias never decides
+  {
+    torch::NoGradGuard no_grad;
+    model->core().balance_biases()[1][0] = 2.0;  // depth 2: p + b, expert 0 wins every window
+  }
+  const auto [moved, other, windows_again] = stats_of(true);
+  ASSERT_EQ(windows, windows_again);
+  ASSERT_GT(other, 0);  // the test needs windows the bias moves
+  ASSERT_EQ(moved.bias_decided_by_depth.size(), 3u);
+  EXPECT_DOUBLE_EQ(moved.bias_decided_by_depth[0], 0.0);
+  EXPECT_DOUBLE_EQ(moved.bias_decided_by_depth[1],
+                   static_cast<double>(other) / static_cast<double>(windows));
+  EXPECT_DOUBLE_EQ(moved.bias_decided_by_depth[2], 0.0);
+  EXPECT_GT(moved.bias_decided, 0.0);
 }
 
 TEST(Routes, MalformedRouteFilesNameTheLine) {
@@ -1192,8 +1272,9 @@ TEST(Report, OneSelfContainedPageWithEveryLabelAndCondition) {
   EXPECT_EQ(page.find("src="), std::string::npos);
   EXPECT_EQ(count_of(page, "http"), count_of(page, "http://www.w3.org/2000/svg"));
   // Utilisation (all, two labels), U, agreement (two labels), label similarity, PCA, margins,
-  // flips, probes, confusion.
-  EXPECT_EQ(count_of(page, "<svg"), 3u + 1u + 2u + 1u + 1u + 1u + 1u + 1u + 1u);
+  // flips, windows the bias decided, probes, confusion.
+  EXPECT_EQ(count_of(page, "<svg"), 3u + 1u + 2u + 1u + 1u + 1u + 1u + 1u + 1u + 1u);
+  EXPECT_NE(page.find("Windows the balancing bias decided"), std::string::npos);
   EXPECT_NE(page.find("Path similarity between labels"), std::string::npos);
   EXPECT_NE(page.find("expert-frequency log-likelihood ratio"), std::string::npos);
   EXPECT_NE(page.find("label &lt;dfs&gt;"), std::string::npos);

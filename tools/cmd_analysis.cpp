@@ -503,8 +503,8 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
   auto so = std::make_shared<StatsOpts>();
   auto* stats = path->add_subcommand("stats",
                                      "expert utilisation, distinct experts per path against the "
-                                     "uniform null, mode-path agreement, margins, labels that "
-                                     "share paths");
+                                     "uniform null, mode-path agreement, margins, windows the "
+                                     "balancing bias decided, labels that share paths");
   stats->add_option("routes", so->routes, "route file written by lol route")->required();
   stats->add_option("--json", so->json_out, "also write every statistic as JSON to this file");
   stats->add_option("--group", so->groups,

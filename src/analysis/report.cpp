@@ -168,6 +168,25 @@ std::string margins_section(const RouteStats& s) {
   return out;
 }
 
+std::string bias_section(const RouteStats& s) {
+  std::string out = "<h2>Windows the balancing bias decided</h2>\n";
+  svg::BarChart b;
+  b.title = "Router choice (argmax of the balanced scores) other than the argmax of p, by depth";
+  b.y_title = "share of windows";
+  b.labels = numbered("depth ", s.bias_decided_by_depth.size(), 1);
+  b.values = s.bias_decided_by_depth;
+  b.max = 1;
+  std::string by_label;
+  for (const auto& [label, share] : s.bias_decided_by_label)
+    by_label += (by_label.empty() ? "" : ", ") + svg::escape(label) + " " + fixed(share, 3);
+  return out + html_figure(svg::bar_chart(b),
+                           "Share of all windows " + fixed(s.bias_decided, 3) +
+                               "; by label: " + by_label +
+                               ". There the bias, not the router's preference, picked the "
+                               "expert, and a mode path by the mean p (SPEC 3.6) can name an "
+                               "expert those windows did not run (the routed rule follows them).");
+}
+
 std::string probes_section(const std::vector<ProbeResult>& probes,
                            const std::optional<ReadoutResult>& readouts) {
   if (probes.empty())
@@ -272,8 +291,8 @@ std::string html_report(const ReportInputs& in) {
                                 {{in.header.model, in.header.source, std::to_string(s.sequences),
                                   std::to_string(s.core_depth), std::to_string(s.library_size)}});
   body += utilisation_section(s) + paths_section(s) + agreement_section(s) + similarity_section(s) +
-          pca_section(in.pca) + margins_section(s) + probes_section(in.probes, in.readouts) +
-          eval_section(in.path_eval);
+          pca_section(in.pca) + margins_section(s) + bias_section(s) +
+          probes_section(in.probes, in.readouts) + eval_section(in.path_eval);
   body += "<p><small>Written by lol (docs/analysis.md explains every picture).</small></p>\n";
   return svg::html_page(in.title, body);
 }

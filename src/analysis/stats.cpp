@@ -26,6 +26,8 @@ RouteStatsBuilder::RouteStatsBuilder(int64_t core_depth, int64_t library_size)
   measured_by_depth_ = flips_by_depth_;
   flips_by_margin_.assign(margin_edges_.size(), 0);
   measured_by_margin_ = flips_by_margin_;
+  decided_by_depth_.assign(static_cast<size_t>(core_depth), 0);
+  windows_by_depth_ = decided_by_depth_;
 }
 
 void RouteStatsBuilder::add(const SequenceRoutes& s) {
@@ -38,7 +40,17 @@ void RouteStatsBuilder::add(const SequenceRoutes& s) {
       counts[static_cast<size_t>(w.route.depth - 1)][static_cast<size_t>(w.route.expert)] += 1;
   }
   auto& cells = cells_[s.label];
+  auto& decided_here = decided_by_label_[s.label];
   for (const auto& w : s.windows) {
+    // The first maximum of p, as the router's argmax takes it.
+    const auto& p = w.route.probs;
+    const auto top = std::max_element(p.begin(), p.end()) - p.begin();
+    const bool decided = w.route.router_choice != top;
+    const auto depth = static_cast<size_t>(w.route.depth - 1);
+    decided_by_depth_[depth] += decided;
+    ++windows_by_depth_[depth];
+    decided_here.first += decided;
+    ++decided_here.second;
     auto& cell = cells[{w.route.depth, w.route.window}];
     if (cell.first.empty()) {
       cell.first.assign(L, 0.0);
@@ -154,6 +166,15 @@ RouteStats RouteStatsBuilder::finish() const {
     for (size_t b = 0; b < flips_by_margin_.size(); ++b)
       r.flip_rate_by_margin.push_back(rate(flips_by_margin_[b], measured_by_margin_[b]));
   }
+  int64_t decided = 0, windows = 0;
+  for (size_t l = 0; l < decided_by_depth_.size(); ++l) {
+    decided += decided_by_depth_[l];
+    windows += windows_by_depth_[l];
+    r.bias_decided_by_depth.push_back(rate(decided_by_depth_[l], windows_by_depth_[l]));
+  }
+  r.bias_decided = rate(decided, windows);
+  for (const auto& [label, counts] : decided_by_label_)
+    r.bias_decided_by_label[label] = rate(counts.first, counts.second);
   std::vector<const std::vector<std::vector<double>>*> usage;
   for (const auto& [label, shares] : r.utilisation)
     if (label != "*") r.similarity_labels.push_back(label), usage.push_back(&shares);
@@ -221,7 +242,11 @@ json RouteStats::to_json() const {
               {"share_by_count", distinct_share}}},
             {"mode_path_agreement", agreement_json},
             {"label_similarity", {{"labels", similarity_labels}, {"cosine", label_similarity}}},
-            {"margins", {{"upper_edges", edges}, {"counts", margin_counts}}}};
+            {"margins", {{"upper_edges", edges}, {"counts", margin_counts}}},
+            {"bias_decided",
+             {{"share", bias_decided},
+              {"by_depth", bias_decided_by_depth},
+              {"by_label", bias_decided_by_label}}}};
   if (flips_measured > 0)
     j["flips"] = {{"measured", flips_measured},
                   {"rate", flip_rate},
@@ -267,6 +292,12 @@ std::string RouteStats::to_text() const {
   for (size_t i = 0; i < margin_edges.size(); ++i)
     out << " " << bin_name(i) << ":"
         << (total > 0 ? static_cast<double>(margin_counts[i]) / static_cast<double>(total) : 0.0);
+  out << "\n";
+  out << "windows the balancing bias decided (router choice not the argmax of p): " << bias_decided
+      << "\n  by depth:";
+  for (double x : bias_decided_by_depth) out << " " << x;
+  out << "\n  by label:";
+  for (const auto& [label, share] : bias_decided_by_label) out << " " << label << ":" << share;
   out << "\n";
   if (flips_measured > 0) {
     out << "route flips under a perturbation of the router input: " << flip_rate << " of "

@@ -1,7 +1,8 @@
 #pragma once
 // Statistics of the routes of a labelled set (docs/analysis.md): expert utilisation per depth,
 // distinct experts per token path against the independent-uniform null, agreement of routes
-// with each label's mode path, and the distribution of routing margins.
+// with each label's mode path, the distribution of routing margins, and how often the balancing
+// bias decides a window.
 #include <map>
 #include <string>
 #include <vector>
@@ -36,6 +37,12 @@ struct RouteStats {
   int64_t flips_measured = 0;
   double flip_rate = 0;
   std::vector<double> flip_rate_by_depth, flip_rate_by_margin;
+  // Windows the balancing bias decided (SPEC 1.7): the router's choice, the argmax of the
+  // balanced scores, is not the argmax of its probabilities p. The share of all windows, per
+  // depth and per label; 0 for a model without a bias or whose bias never changes a choice.
+  double bias_decided = 0;
+  std::vector<double> bias_decided_by_depth;
+  std::map<std::string, double> bias_decided_by_label;
   // Do labels share paths? The cosine similarity of two labels' utilisation (their [depth][expert]
   // shares as one vector), for every pair of labels ("*" left out). Symmetric, 1 on the diagonal.
   std::vector<std::string> similarity_labels;
@@ -77,6 +84,9 @@ class RouteStatsBuilder {
   std::vector<int64_t> margin_counts_;
   // flips and windows measured, per depth and per margin bin
   std::vector<int64_t> flips_by_depth_, measured_by_depth_, flips_by_margin_, measured_by_margin_;
+  // windows the bias decided and windows, per depth and per label
+  std::vector<int64_t> decided_by_depth_, windows_by_depth_;
+  std::map<std::string, std::pair<int64_t, int64_t>> decided_by_label_;
 };
 
 }  // namespace lol
