@@ -164,6 +164,7 @@ for n in "${other_sizes[@]}"; do
       --json "$out/size-$n/eval.json" >"$out/size-$n/eval.txt"
   fi
 done
+"$lol" path stats "$out/routes.jsonl" --json "$out/stats.json" >"$out/stats.txt"
 "$lol" report "$out/routes.jsonl" --eval "$out/eval.json" \
   --title "$title strategy control ($profile recipe)" --out "$out/report.html" >/dev/null
 
@@ -177,6 +178,9 @@ done
   echo
   echo "## Mode paths ($count $puzzles per strategy)"
   cat "$out/paths.txt"
+  echo
+  echo "## Routes of the last model (utilisation, margins, windows the balancing bias decided)"
+  cat "$out/stats.txt"
   echo
   echo "## The last model, every intervention ($count held-out $puzzles per strategy)"
   cat "$out/eval.txt"

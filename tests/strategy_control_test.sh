@@ -14,7 +14,7 @@ LOL=$lol bash "$root/scripts/strategy_control.sh" "$tmp/ms" maze-toy >"$tmp/firs
   { cat "$tmp/first.txt"; fail "the toy recipe failed"; }
 for f in run/checkpoints/step_00000003 run/checkpoints/step_00000006 curve.json curve.html \
          routes.jsonl paths/bfs.json paths-routed/bfs.json eval-routed.json eval.json \
-         samples.jsonl report.html summary.md; do
+         samples.jsonl stats.json report.html summary.md; do
   [ -e "$tmp/ms/$f" ] || fail "missing $f"
 done
 # One curve point per checkpoint, at its step and tokens (2 rows x 256 x 2 micro-batches).
@@ -22,7 +22,8 @@ grep -q '"step": 3,' "$tmp/ms/curve.json" || fail "curve.json lacks step 3"
 grep -q '"tokens": 6144' "$tmp/ms/curve.json" || fail "curve.json lacks step 6's tokens"
 [ "$(grep -c '"distinct_paths"' "$tmp/ms/curve.json")" = 2 ] || fail "curve.json: not 2 points"
 for s in "## Along training" "| 6 | 6144 |" "distinct paths among 5 labels" "depths 4-4" \
-         "forced mode paths (full)" "## Mode paths by the routed rule"; do
+         "forced mode paths (full)" "## Mode paths by the routed rule" \
+         "windows the balancing bias decided (router choice not the argmax of p):"; do
   grep -qF -- "$s" "$tmp/ms/summary.md" || fail "summary.md lacks '$s'"
 done
 grep -q "<svg" "$tmp/ms/curve.html" || fail "curve.html has no plot"
