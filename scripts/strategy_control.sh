@@ -147,7 +147,7 @@ if [ ! -f "$out/eval.json" ]; then
     --json "$out/eval-routed.json" >"$out/eval-routed.txt"
   "$lol" "${device[@]}" path eval --model "$run" --task "$task" "${size_arg[@]}" \
     --paths "$out/paths" --count "$count" --seed 1 \
-    --interventions descriptor,filler,full,id,gate,permute,random,depths --depth-width 1 \
+    --interventions descriptor,filler,full,id,gate,permute,random,depths,unbiased --depth-width 1 \
     --samples "$out/samples.jsonl" --json "$out/eval.json" >"$out/eval.txt"
 fi
 # 3b. Other maze sizes (STRATEGY_SIZES): the last model on n x n mazes, with the descriptor and

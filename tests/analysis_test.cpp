@@ -911,6 +911,64 @@ TEST(PathEval, GenerationsEqualGenerateWithTheForcedPathFile) {
   EXPECT_GE(changed, 2);
 }
 
+// `unbiased` is the descriptor condition with the balancing bias at zero: its generations are
+// generate()'s on the model with its bias zeroed by hand, the descriptor's are generate()'s with
+// the bias, the two differ where the bias decides windows, and the model keeps its bias.
+TEST(PathEval, UnbiasedIsTheDescriptorWithTheBiasAtZero) {
+  auto model = loud_maze_model(21);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& bias : model->core().balance_biases()) bias[0] = 2.0;  // expert 0 wins everywhere
+  }
+  const auto biased = torch::cat(model->core().balance_biases()).clone();
+  std::vector<LabelledPath> paths(2);
+  for (int s : {1, 3}) {
+    auto& p = paths[s / 2];
+    p.strategy = s;
+    p.label = tasks::strategy_name(tasks::Kind::kMaze, s);
+    p.path.depths[1][0].expert = 1;  // forced by no condition here
+  }
+  PathEvalOptions options;
+  options.kind = tasks::Kind::kMaze;
+  options.maze_size = 4;
+  options.count = 3;
+  options.seed = 5;
+  options.extra_tokens = 4;
+  std::vector<EvalCondition> conditions(2);
+  conditions[0].intervention = Intervention::kDescriptor;
+  conditions[1].intervention = Intervention::kUnbiased;
+  std::vector<EvalSample> samples;
+  const auto results = evaluate_paths(model, testing::device(), paths, conditions, options,
+                                      [&](const EvalSample& s) { samples.push_back(s); });
+  ASSERT_EQ(samples.size(), 2u * 2 * 3);
+  EXPECT_EQ(results[1].condition.name(), "unbiased");
+  EXPECT_TRUE(torch::equal(torch::cat(model->core().balance_biases()), biased));
+  const auto& vocab = tasks::vocabulary(tasks::Kind::kMaze);
+  tasks::TaskSource source(tasks::Kind::kMaze, 4, 5, 1);
+  auto expected = [&](const EvalSample& sample, size_t label) {
+    const auto seq = source.sequence(sample.problem * 5 + paths[label].strategy - 1);
+    const auto prompt = task_eval_prompt(tasks::Kind::kMaze, seq.question, seq.descriptor);
+    EXPECT_EQ(prompt.tokens, sample.prompt);
+    SamplingOptions sampling;
+    sampling.max_tokens = static_cast<int64_t>(sample.generated.size());
+    sampling.stop_tokens = {vocab.id("<eos>", "test")};
+    sampling.vocab_limit = vocab.size();
+    return generate(model, {prompt}, sampling, testing::device())[0].tokens;
+  };
+  int differ = 0;
+  for (size_t k = 0; k < 6; ++k) {  // conditions in order, labels in order, then problems
+    EXPECT_EQ(samples[k].generated, expected(samples[k], k / 3)) << "descriptor " << k;
+    differ += samples[k].generated != samples[6 + k].generated;
+  }
+  EXPECT_GE(differ, 1);  // the bias decides windows, so removing it changes traces
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& bias : model->core().balance_biases()) bias.zero_();
+  }
+  for (size_t k = 6; k < 12; ++k)
+    EXPECT_EQ(samples[k].generated, expected(samples[k], (k - 6) / 3)) << "unbiased " << k;
+}
+
 TEST(PathEval, PathDirectoriesAreCheckedAgainstTaskAndModel) {
   const std::string dir = testing::temp_dir("path_eval_dirs");
   EXPECT_THROW(load_task_paths(dir + "/missing", tasks::Kind::kMaze, 4, 4), Error);

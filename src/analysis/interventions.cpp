@@ -17,7 +17,8 @@ const std::vector<std::pair<Intervention, const char*>>& enum_names<Intervention
       {Intervention::kGateOnly, "gate"},
       {Intervention::kPermute, "permute"},
       {Intervention::kRandom, "random"},
-      {Intervention::kDepths, "depths"}};
+      {Intervention::kDepths, "depths"},
+      {Intervention::kUnbiased, "unbiased"}};
   return names;
 }
 

@@ -22,6 +22,8 @@ enum class Intervention {
                 // other order
   kRandom,      // filler + uniformly random experts with the path's gates: the control
   kDepths,      // filler + the path with one depth range taken from another label's path
+  kUnbiased,    // the true descriptor, nothing forced, the balancing bias set to zero: the
+                // router's own preferences (argmax of p) decide every window
 };
 template <>
 const std::vector<std::pair<Intervention, const char*>>& enum_names<Intervention>();

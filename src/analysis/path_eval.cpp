@@ -119,6 +119,7 @@ std::optional<ForcedPath> condition_path(const EvalCondition& condition,
   switch (condition.intervention) {
     case Intervention::kDescriptor:
     case Intervention::kFiller:
+    case Intervention::kUnbiased:
       return std::nullopt;
     case Intervention::kFull:
       return path;
@@ -136,6 +137,31 @@ std::optional<ForcedPath> condition_path(const EvalCondition& condition,
   }
   fail("unknown intervention");
 }
+
+namespace {
+
+// The model's balancing biases (Core::balance_biases) at zero while this lives, restored after.
+class BiasAtZero {
+ public:
+  explicit BiasAtZero(LanguageModel& model) : biases_(model->core().balance_biases()) {
+    torch::NoGradGuard no_grad;
+    for (auto& b : biases_) {
+      saved_.push_back(b.clone());
+      b.zero_();
+    }
+  }
+  ~BiasAtZero() {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < biases_.size(); ++i) biases_[i].copy_(saved_[i]);
+  }
+  BiasAtZero(const BiasAtZero&) = delete;
+  BiasAtZero& operator=(const BiasAtZero&) = delete;
+
+ private:
+  std::vector<torch::Tensor> biases_, saved_;  // views of the model's buffers, their values
+};
+
+}  // namespace
 
 std::vector<ConditionResult> evaluate_paths(LanguageModel& model, torch::Device device,
                                             const std::vector<LabelledPath>& paths,
@@ -178,6 +204,8 @@ std::vector<ConditionResult> evaluate_paths(LanguageModel& model, torch::Device 
     result.condition = condition;
     // Nothing forced and the same filler prompt for every label: one generation serves all.
     const bool shared = condition.intervention == Intervention::kFiller;
+    std::optional<BiasAtZero> unbiased;
+    if (condition.intervention == Intervention::kUnbiased) unbiased.emplace(model);
     std::vector<Generation> generations;
     for (size_t j = 0; j < paths.size(); ++j) {
       const auto& label = paths[j];
@@ -185,7 +213,8 @@ std::vector<ConditionResult> evaluate_paths(LanguageModel& model, torch::Device 
       std::vector<Prompt> prompts;
       for (int64_t i = 0; i < options.count; ++i)
         prompts.push_back(task_eval_prompt(options.kind, questions[i],
-                                           condition.intervention == Intervention::kDescriptor
+                                           condition.intervention == Intervention::kDescriptor ||
+                                                   condition.intervention == Intervention::kUnbiased
                                                ? descriptors[i][label.strategy]
                                                : filler));
       BatchOptions batching;
