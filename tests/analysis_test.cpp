@@ -826,6 +826,17 @@ LanguageModel loud_maze_model(uint64_t seed) {
   return model;
 }
 
+// `count` held-out 4 x 4 mazes of seed 5, a budget of 4 tokens past the longest reference.
+PathEvalOptions small_maze_eval(int64_t count) {
+  PathEvalOptions options;
+  options.kind = tasks::Kind::kMaze;
+  options.maze_size = 4;
+  options.count = count;
+  options.seed = 5;
+  options.extra_tokens = 4;
+  return options;
+}
+
 TEST(PathEval, GenerationsEqualGenerateWithTheForcedPathFile) {
   auto model = loud_maze_model(21);
   const auto& c = model->config();
@@ -841,13 +852,8 @@ TEST(PathEval, GenerationsEqualGenerateWithTheForcedPathFile) {
     }
     paths.push_back(p);
   }
-  PathEvalOptions options;
-  options.kind = tasks::Kind::kMaze;
-  options.maze_size = 4;
-  options.count = 2;
-  options.seed = 5;
+  auto options = small_maze_eval(2);
   options.max_batch = 3;
-  options.extra_tokens = 4;
   std::vector<EvalCondition> conditions;
   for (auto i : {Intervention::kDescriptor, Intervention::kFiller, Intervention::kFull,
                  Intervention::kPermute, Intervention::kRandom, Intervention::kDepths}) {
@@ -928,12 +934,7 @@ TEST(PathEval, UnbiasedIsTheDescriptorWithTheBiasAtZero) {
     p.label = tasks::strategy_name(tasks::Kind::kMaze, s);
     p.path.depths[1][0].expert = 1;  // forced by no condition here
   }
-  PathEvalOptions options;
-  options.kind = tasks::Kind::kMaze;
-  options.maze_size = 4;
-  options.count = 3;
-  options.seed = 5;
-  options.extra_tokens = 4;
+  auto options = small_maze_eval(3);
   std::vector<EvalCondition> conditions(2);
   conditions[0].intervention = Intervention::kDescriptor;
   conditions[1].intervention = Intervention::kUnbiased;
