@@ -23,7 +23,8 @@ grep -q '"tokens": 6144' "$tmp/ms/curve.json" || fail "curve.json lacks step 6's
 [ "$(grep -c '"distinct_paths"' "$tmp/ms/curve.json")" = 2 ] || fail "curve.json: not 2 points"
 for s in "## Along training" "| 6 | 6144 |" "distinct paths among 5 labels" "depths 4-4" \
          "forced mode paths (full)" "## Mode paths by the routed rule" \
-         "windows the balancing bias decided (router choice not the argmax of p):" "unbiased "; do
+         "windows the balancing bias decided (router choice not the argmax of p):" "unbiased " \
+         "the descriptor with the balancing bias at zero (unbiased), requested against followed"; do
   grep -qF -- "$s" "$tmp/ms/summary.md" || fail "summary.md lacks '$s'"
 done
 grep -q "<svg" "$tmp/ms/curve.html" || fail "curve.html has no plot"

@@ -251,10 +251,15 @@ void add_path_eval_command(CLI::App* path, std::vector<std::pair<CLI::App*, Runn
               << " held-out problems per label, greedy, filler "
               << (o->eval.length_matched ? "length-matched" : "short") << "\n";
     std::cout << path_eval_table(results);
-    for (const auto& r : results)
+    for (const auto& r : results) {
       if (r.condition.intervention == Intervention::kFull)
         std::cout << "\nforced mode paths (full), requested against followed:\n"
                   << r.summary.to_text(o->eval.kind);
+      if (r.condition.intervention == Intervention::kUnbiased)
+        std::cout << "\nthe descriptor with the balancing bias at zero (unbiased), requested "
+                     "against followed:\n"
+                  << r.summary.to_text(o->eval.kind);
+    }
     if (!o->json_out.empty()) {
       json out = json::array();
       for (const auto& r : results) out.push_back(r.to_json(o->eval.kind));
