@@ -1,5 +1,6 @@
 #include "train/balance.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -33,6 +34,40 @@ double load_entropy(const std::vector<double>& load) {
   for (double x : load)
     if (x > 0) h -= (x / total) * std::log(x / total);
   return h;
+}
+
+namespace {
+std::vector<double> shares_of(const std::vector<double>& load) {
+  const double total = std::accumulate(load.begin(), load.end(), 0.0);
+  std::vector<double> shares;
+  for (double x : load) shares.push_back(total > 0 ? x / total : 0.0);
+  return shares;
+}
+}  // namespace
+
+LoadSummary summarize_loads(const BalanceLoads& loads) {
+  LoadSummary s;
+  if (loads.loads.empty()) return s;
+  std::vector<double> sum(loads.loads.front().size(), 0.0);
+  for (const auto& l : loads.loads) {
+    LOL_CHECK(l.size() == sum.size(), "balancing: routers with ", sum.size(), " and ", l.size(),
+              " experts");
+    for (size_t e = 0; e < l.size(); ++e) sum[e] += l[e];
+  }
+  s.shares = shares_of(sum);
+  s.entropy = load_entropy(sum);
+  s.entropy_min = s.entropy;
+  if (loads.loads.size() > 1) {
+    bool counted = false;
+    for (const auto& l : loads.loads) {
+      s.by_router.push_back(shares_of(l));
+      if (std::accumulate(l.begin(), l.end(), 0.0) <= 0) continue;
+      const double h = load_entropy(l);
+      s.entropy_min = counted ? std::min(s.entropy_min, h) : h;
+      counted = true;
+    }
+  }
+  return s;
 }
 
 }  // namespace lol

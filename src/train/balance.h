@@ -12,4 +12,18 @@ void apply_balance(const Core& core, const BalanceLoads& loads, double rate);
 // Entropy (nats) of the normalised load; log(L) when perfectly uniform.
 double load_entropy(const std::vector<double>& load);
 
+// What a step's metrics say about its loads: each expert's share of the windows (tokens for
+// moe) of all balanced routers together, and, where there are several (lol with
+// balance_per_depth: one per depth; moe: one per layer), each router's own shares, since an
+// aggregate that looks balanced can hide a depth that runs one expert.
+struct LoadSummary {
+  std::vector<double> shares;                  // per expert, all routers together
+  double entropy = 0;                          // of `shares`
+  std::vector<std::vector<double>> by_router;  // per router, per expert; empty with one router
+  // The least balanced router's entropy, over the routers that counted anything (depths past
+  // the executed one count nothing); `entropy` with one router.
+  double entropy_min = 0;
+};
+LoadSummary summarize_loads(const BalanceLoads& loads);
+
 }  // namespace lol

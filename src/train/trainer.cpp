@@ -36,6 +36,10 @@ json StepMetrics::to_json() const {
   if (!load.empty()) {
     j["load"] = load;
     j["load_entropy"] = load_entropy;
+    if (!load_by_router.empty()) {
+      j["load_by_router"] = load_by_router;
+      j["load_entropy_min"] = load_entropy_min;
+    }
     j["bias_min"] = bias_min;
     j["bias_max"] = bias_max;
     j["router_agreement"] = agreement;
@@ -232,13 +236,11 @@ StepMetrics Trainer::train_step() {
       model_stats(mc, config_.seq_len, m.depth).train_flops_per_token * static_cast<double>(tokens);
   m.total_flops = total_flops_;
   if (!loads.loads.empty()) {
-    // Load share per expert, summed over the balanced routers (lol: one; moe: one per layer).
-    std::vector<double> load(loads.loads.front().size(), 0.0);
-    for (const auto& l : loads.loads)
-      for (size_t e = 0; e < l.size() && e < load.size(); ++e) load[e] += l[e];
-    const double total = std::accumulate(load.begin(), load.end(), 0.0);
-    for (double x : load) m.load.push_back(total > 0 ? x / total : 0.0);
-    m.load_entropy = load_entropy(load);
+    auto summary = summarize_loads(loads);
+    m.load = std::move(summary.shares);
+    m.load_entropy = summary.entropy;
+    m.load_by_router = std::move(summary.by_router);
+    m.load_entropy_min = summary.entropy_min;
     auto biases = torch::cat(model_->core().balance_biases()).to(torch::kCPU);
     m.bias_min = biases.min().item<double>();
     m.bias_max = biases.max().item<double>();
