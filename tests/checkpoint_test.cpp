@@ -163,6 +163,42 @@ TEST_F(CheckpointTest, MalformedFilesGiveTheirOwnErrors) {
                "trailing");
 }
 
+// A filtered read gives exactly the accepted tensors, equal to a full read's, and still
+// validates the whole header.
+TEST_F(CheckpointTest, AFilteredReadGivesOnlyTheWantedTensors) {
+  const auto c = tiny_config();
+  auto model = make_model(c, 3);
+  const auto bias = torch::arange(c.library_size, torch::kFloat32) - 1.0;
+  {
+    torch::NoGradGuard no_grad;
+    model->core().balance_biases()[0].copy_(bias);
+  }
+  save_model(model, dir_.string());
+  const auto path = (dir_ / "model.safetensors").string();
+  const auto all = read_safetensors(path);
+  auto ends_with = [](const std::string& name, const std::string& tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  const auto some = read_safetensors(path, [&](const std::string& name) {
+    return ends_with(name, "norm.weight") || name == "router.balance_bias";
+  });
+  size_t expected = 0;
+  for (const auto& [name, t] : all) {
+    const bool wanted = ends_with(name, "norm.weight") || name == "router.balance_bias";
+    expected += wanted;
+    ASSERT_EQ(some.count(name), wanted ? 1u : 0u) << name;
+    if (wanted) EXPECT_TRUE(torch::equal(some.at(name), t)) << name;
+  }
+  EXPECT_EQ(some.size(), expected);
+  EXPECT_GT(expected, 2u);
+  EXPECT_TRUE(torch::equal(some.at("router.balance_bias"), bias));
+  EXPECT_TRUE(read_safetensors(path, [](const std::string&) { return false; }).empty());
+  // A header that claims more data than the file holds is refused, whatever is asked for.
+  const auto bad = write_raw(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 55, 4);
+  EXPECT_THROW(read_safetensors(bad, [](const std::string&) { return false; }), Error);
+}
+
 TEST_F(CheckpointTest, ModelDirectoryMismatchesNameTheTensor) {
   auto c = tiny_config();
   auto model = make_model(c, 2);

@@ -36,6 +36,11 @@ grep -q "GOMP_SPINCOUNT = '77'" <<<"$shown" && pass "a caller's GOMP_SPINCOUNT w
   failed "launcher overrode the caller's GOMP_SPINCOUNT"
 expect_ok "init" "$lol" init --preset tiny --seed 1 --out "$dir/m"
 expect_ok "info" "$lol" info --model "$dir/m" --json
+grep -q '"router.balance_bias": \[' "$dir/out" && pass "info json gives the balance bias" ||
+  failed "info json has no balance bias: $(head -c 300 "$dir/out")"
+expect_ok "info text" "$lol" info --model "$dir/m"
+grep -q "^  router.balance_bias  *+0.000 +0.000" "$dir/out" && pass "info prints the balance bias" ||
+  failed "info prints no balance bias: $(cat "$dir/out")"
 expect_ok "forward" "$lol" forward --model "$dir/m" --tokens 1,2,3,4,5,6,7,8,9 --prompt-len 2 --router-only 1 --out "$dir/f.json"
 grep -q '"routes"' "$dir/f.json" && pass "forward json" || failed "forward json has no routes"
 echo '{"entries":[{"depth":1,"window":0,"expert":2,"gate":0.5}]}' >"$dir/path.json"
@@ -67,6 +72,7 @@ expect_error "bad device" "is not a device" "$lol" --device blah info --model "$
 cp -r "$dir/m" "$dir/trunc"
 head -c 200 "$dir/m/model.safetensors" >"$dir/trunc/model.safetensors"
 expect_error "truncated checkpoint" "truncated" "$lol" forward --model "$dir/trunc" --tokens 1 --out "$dir/x.json"
+expect_error "info of a truncated checkpoint" "truncated" "$lol" info --model "$dir/trunc"
 cp "$dir/m/model.safetensors" "$dir/trunc/model.safetensors"
 sed 's/"library_size": *[0-9]*/"library_size": 1000000000/' "$dir/m/config.json" >"$dir/trunc/config.json"
 expect_error "impossible config in a checkpoint" "library_size must be <= 1024, got 1000000000" "$lol" info --model "$dir/trunc"

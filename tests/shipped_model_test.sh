@@ -74,4 +74,11 @@ check maze-strategy-cpu maze-cpu 40000 dfs --task maze --size 5 --count 4
 # 93% with the descriptor, 91% with the routed rule's mode paths forced over 20 puzzles per
 # strategy (60% with SPEC 3.6's rule: the balancing bias overrules the argmax); here the first 3.
 check sudoku-strategy-cpu sudoku-cpu 6000 naked --task sudoku --rule routed --count 3
+# `lol info` reads each model's trained balance bias from its weights, as docs/experiments.md
+# quotes them (the maze model's at the range of 1 that probability space allows).
+for expected in "maze-strategy-cpu:router.balance_bias *+0.254 +0.251 +0.239 -0.745  range 1.00" \
+                "sudoku-strategy-cpu:router.balance_bias *+0.036 -0.346 +0.145 +0.165  range 0.51"; do
+  grep -q "${expected#*:}" "$tmp/${expected%%:*}/info.txt" ||
+    fail "lol info of ${expected%%:*} does not print its balance bias: $(cat "$tmp/${expected%%:*}/info.txt")"
+done
 echo "shipped_model: ok"

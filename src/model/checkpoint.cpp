@@ -166,10 +166,11 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
   return read_header(in, stream_size(in, path), path).entries;
 }
 
-TensorMap read_safetensors(std::istream& in, const std::string& name) {
+TensorMap read_safetensors(std::istream& in, const std::string& name, const TensorFilter& wanted) {
   const auto header = read_header(in, stream_size(in, name), name);
   TensorMap tensors;
   for (const auto& e : header.entries) {
+    if (wanted && !wanted(e.name)) continue;
     auto t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
     in.seekg(static_cast<std::streamoff>(8 + header.length + e.begin));
     in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
@@ -179,10 +180,10 @@ TensorMap read_safetensors(std::istream& in, const std::string& name) {
   return tensors;
 }
 
-TensorMap read_safetensors(const std::string& path) {
+TensorMap read_safetensors(const std::string& path, const TensorFilter& wanted) {
   std::ifstream in(path, std::ios::binary);
   LOL_CHECK(in.good(), path, ": cannot open");
-  return read_safetensors(in, path);
+  return read_safetensors(in, path, wanted);
 }
 
 void save_model(const LanguageModel& model, const std::string& dir) {

@@ -4,6 +4,7 @@
 // names and shapes against the model the config describes.
 #include <torch/torch.h>
 
+#include <functional>
 #include <istream>
 #include <map>
 #include <string>
@@ -19,10 +20,13 @@ using TensorMap = std::map<std::string, torch::Tensor>;
 void write_safetensors(const std::string& path, const TensorMap& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 // Throws lol::Error naming the file and what is wrong. Tensors come back on the CPU with
-// their stored dtype (F32, F16, BF16, F64, I64, I32, BOOL...).
-TensorMap read_safetensors(const std::string& path);
+// their stored dtype (F32, F16, BF16, F64, I64, I32, BOOL...). With `wanted`, only the tensors
+// whose names it accepts are read (the header is still validated in full).
+using TensorFilter = std::function<bool(const std::string& name)>;
+TensorMap read_safetensors(const std::string& path, const TensorFilter& wanted = {});
 // The same from a seekable stream (the fuzz target feeds bytes); `name` is used in messages.
-TensorMap read_safetensors(std::istream& in, const std::string& name);
+TensorMap read_safetensors(std::istream& in, const std::string& name,
+                           const TensorFilter& wanted = {});
 
 // One tensor as the header describes it, validated like a full read but without the data.
 struct SafetensorsEntry {
