@@ -36,15 +36,6 @@ double load_entropy(const std::vector<double>& load) {
   return h;
 }
 
-namespace {
-std::vector<double> shares_of(const std::vector<double>& load) {
-  const double total = std::accumulate(load.begin(), load.end(), 0.0);
-  std::vector<double> shares;
-  for (double x : load) shares.push_back(total > 0 ? x / total : 0.0);
-  return shares;
-}
-}  // namespace
-
 LoadSummary summarize_loads(const BalanceLoads& loads) {
   LoadSummary s;
   if (loads.loads.empty()) return s;
@@ -54,13 +45,14 @@ LoadSummary summarize_loads(const BalanceLoads& loads) {
               " experts");
     for (size_t e = 0; e < l.size(); ++e) sum[e] += l[e];
   }
-  s.shares = shares_of(sum);
+  const double total = std::accumulate(sum.begin(), sum.end(), 0.0);
+  for (double x : sum) s.shares.push_back(total > 0 ? x / total : 0.0);
   s.entropy = load_entropy(sum);
   s.entropy_min = s.entropy;
   if (loads.loads.size() > 1) {
+    s.by_router = loads.loads;
     bool counted = false;
     for (const auto& l : loads.loads) {
-      s.by_router.push_back(shares_of(l));
       if (std::accumulate(l.begin(), l.end(), 0.0) <= 0) continue;
       const double h = load_entropy(l);
       s.entropy_min = counted ? std::min(s.entropy_min, h) : h;

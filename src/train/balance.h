@@ -14,12 +14,12 @@ double load_entropy(const std::vector<double>& load);
 
 // What a step's metrics say about its loads: each expert's share of the windows (tokens for
 // moe) of all balanced routers together, and, where there are several (lol with
-// balance_per_depth: one per depth; moe: one per layer), each router's own shares, since an
+// balance_per_depth: one per depth; moe: one per layer), each router's own counts, since an
 // aggregate that looks balanced can hide a depth that runs one expert.
 struct LoadSummary {
   std::vector<double> shares;                  // per expert, all routers together
   double entropy = 0;                          // of `shares`
-  std::vector<std::vector<double>> by_router;  // per router, per expert; empty with one router
+  std::vector<std::vector<double>> by_router;  // counts per router, per expert; empty with one
   // The least balanced router's entropy, over the routers that counted anything (depths past
   // the executed one count nothing); `entropy` with one router.
   double entropy_min = 0;

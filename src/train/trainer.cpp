@@ -36,8 +36,8 @@ json StepMetrics::to_json() const {
   if (!load.empty()) {
     j["load"] = load;
     j["load_entropy"] = load_entropy;
-    if (!load_by_router.empty()) {
-      j["load_by_router"] = load_by_router;
+    if (!load_counts_by_router.empty()) {
+      j["load_counts_by_router"] = load_counts_by_router;
       j["load_entropy_min"] = load_entropy_min;
     }
     j["bias_min"] = bias_min;
@@ -239,7 +239,7 @@ StepMetrics Trainer::train_step() {
     auto summary = summarize_loads(loads);
     m.load = std::move(summary.shares);
     m.load_entropy = summary.entropy;
-    m.load_by_router = std::move(summary.by_router);
+    m.load_counts_by_router = std::move(summary.by_router);
     m.load_entropy_min = summary.entropy_min;
     auto biases = torch::cat(model_->core().balance_biases()).to(torch::kCPU);
     m.bias_min = biases.min().item<double>();

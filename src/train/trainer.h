@@ -21,9 +21,9 @@ struct StepMetrics {
   int64_t depth = 0;         // executed core depth
   std::vector<double> load;  // per-expert share of routed windows (lol)
   double load_entropy = 0, bias_min = 0, bias_max = 0, agreement = 1;
-  // With several balanced routers (balance_per_depth, moe): each one's shares, and the least
-  // balanced one's entropy (train/balance.h).
-  std::vector<std::vector<double>> load_by_router;
+  // With several balanced routers (balance_per_depth, moe): each one's counts per expert over
+  // the step (all ranks), and the least balanced one's entropy (train/balance.h).
+  std::vector<std::vector<double>> load_counts_by_router;
   double load_entropy_min = 0;
   double total_flops = 0;  // training FLOPs so far, counted with the grown depth
   // Data parallel: seconds this rank spent in collectives this step, and bytes it reduced.
