@@ -2,12 +2,7 @@
 # scripts/park.sh: a run stopped before its last step, parked and unparked into another directory,
 # resumes to the very parameters of the run that was never stopped; what cannot be parked or
 # unparked is refused with a clear error.
-set -euo pipefail
-lol=$(realpath "$1")
-root=$(cd "$(dirname "$0")/.." && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
 export PARK_DIR=$tmp/parked
 park() { bash "$root/scripts/park.sh" "$@"; }
 

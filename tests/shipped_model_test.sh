@@ -6,12 +6,7 @@
 # (STRATEGY_DRY_RUN=1), it was trained to the recipe's last step, its README gives the command
 # that reproduces it, and the engine loads it and, running `lol path curve` on it, still finds
 # the strategy control the model was shipped for.
-set -euo pipefail
-lol=$(realpath "$1")
-root=$(cd "$(dirname "$0")/.." && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
 
 # Same keys and values, whatever the order and layout: FILE [KEY] (the object under KEY) against
 # FILE2.

@@ -3,12 +3,7 @@
 # workers, writes the strategy-control curve at every checkpoint, the final evaluation under every
 # intervention, the report and the summary; a rerun skips every finished stage; a bad profile is
 # refused.
-set -euo pipefail
-lol=$(realpath "$1")
-root=$(cd "$(dirname "$0")/.." && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
 
 LOL=$lol bash "$root/scripts/strategy_control.sh" "$tmp/ms" maze-toy >"$tmp/first.txt" 2>&1 ||
   { cat "$tmp/first.txt"; fail "the toy recipe failed"; }
