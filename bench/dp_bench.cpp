@@ -36,12 +36,13 @@ void bench_dp(const DpBenchOptions& o) {
     std::string command =
         program + " --threads " + std::to_string(threads) + " train --preset " + o.preset;
     for (const auto& s : o.overrides) command += " --set " + s;
-    command += " --data " + o.data + " --steps " + std::to_string(o.steps) +
-               " --train-set seq_len=" + std::to_string(o.seq_len) +
-               " --train-set batch_rows=" + std::to_string(o.batch) +
-               " --train-set grad_accum=" + std::to_string(o.grad_accum) +
-               " --train-set eval_every=0 --train-set checkpoint_every=0 --out " + out +
-               " --nproc " + std::to_string(workers) + " >" + out + ".log 2>&1";
+    command +=
+        " --data " + o.data + " --steps " + std::to_string(o.steps) +
+        " --train-set seq_len=" + std::to_string(o.seq_len) +
+        " --train-set batch_rows=" + std::to_string(o.batch) +
+        " --train-set grad_accum=" + std::to_string(o.grad_accum) +
+        " --train-set eval_every=0 --train-set checkpoint_every=0 --train-set log_every=1 --out " +
+        out + " --nproc " + std::to_string(workers) + " >" + out + ".log 2>&1";
     make_directories(dir);
     LOL_CHECK(std::system(command.c_str()) == 0, "bench dp: the run with ", workers,
               " workers failed (", out, ".log)");

@@ -62,7 +62,8 @@ TEST(Distributed, TwoWorkersEqualOneWithTheSameGlobalBatch) {
   for (const auto& f : families) {
     const std::string common = "train " + f.flags +
                                " --data task:maze:5 --steps 6 --train-set seq_len=128 "
-                               "--train-set grad_accum=2 --train-set checkpoint_every=3";
+                               "--train-set grad_accum=2 --train-set checkpoint_every=3 "
+                               "--train-set log_every=1";
     const std::string one = dir + "/" + f.name + "_1", two = dir + "/" + f.name + "_2";
     ASSERT_EQ(lol_command(common + " --out " + one), 0) << f.name;
     // Small buckets: several per step, most started during the backward pass (the rest, those

@@ -722,6 +722,123 @@ TEST(Training, MetricsGiveEachDepthsLoadWhenEachDepthIsBalanced) {
   }
 }
 
+// A window of metrics by hand: means of the per-step figures, the tokens over the wall time,
+// counts summed, the last step's state; an empty window has nothing to summarise.
+TEST(Training, MetricsWindowAveragesSumsAndKeepsTheLastState) {
+  MetricsWindow window;
+  EXPECT_TRUE(window.empty());
+  EXPECT_THROW(window.take(), Error);
+  StepMetrics a, b;
+  a.step = 7, b.step = 8;
+  a.loss = 1.0, b.loss = 3.0;
+  a.grad_norm = 0.5, b.grad_norm = 1.5;
+  a.lr = 0.1, b.lr = 0.2;
+  a.tokens = 100, b.tokens = 300;
+  a.seconds = 1.0, b.seconds = 0.5;  // 100 and 600 tokens/s: 400 tokens in 1.5 s, not 350/s
+  a.tokens_per_s = 100, b.tokens_per_s = 600;
+  a.depth = 2, b.depth = 3;
+  a.load = {0.5, 0.5}, b.load = {0.25, 0.75};
+  a.load_counts_by_router = {{1, 1}, {2, 0}}, b.load_counts_by_router = {{0, 2}, {1, 1}};
+  a.load_entropy = 0.6, b.load_entropy = 0.4;
+  a.agreement = 1.0, b.agreement = 0.5;
+  a.bias_max = 0.1, b.bias_max = 0.3;
+  a.comm_bytes = 10, b.comm_bytes = 10;
+  a.comm_buckets = 3, b.comm_buckets = 4;
+  b.eval_loss = 2.5;
+  window.add(a);
+  window.add(b);
+  const auto m = window.take();
+  EXPECT_TRUE(window.empty());
+  EXPECT_EQ(m.steps, 2);
+  EXPECT_EQ(m.step, 8);
+  EXPECT_DOUBLE_EQ(m.loss, 2.0);
+  EXPECT_DOUBLE_EQ(m.grad_norm, 1.0);
+  EXPECT_DOUBLE_EQ(m.lr, 0.2);
+  EXPECT_DOUBLE_EQ(m.tokens_per_s, 400.0 / 1.5);
+  EXPECT_EQ(m.depth, 3);
+  EXPECT_EQ(m.load, (std::vector<double>{0.375, 0.625}));
+  EXPECT_EQ(m.load_counts_by_router, (std::vector<std::vector<double>>{{1, 3}, {3, 1}}));
+  EXPECT_DOUBLE_EQ(m.load_entropy, 0.5);
+  EXPECT_DOUBLE_EQ(m.agreement, 0.75);
+  EXPECT_DOUBLE_EQ(m.bias_max, 0.3);
+  EXPECT_EQ(m.comm_bytes, 10);
+  EXPECT_EQ(m.comm_buckets, 4);  // 3.5 rounded
+  EXPECT_EQ(m.eval_loss, 2.5);
+  EXPECT_EQ(m.to_json().at("steps"), 2);
+  // A window of one step is that step.
+  window.add(a);
+  const auto one = window.take();
+  EXPECT_EQ(one.to_json(), a.to_json());
+  EXPECT_FALSE(one.to_json().contains("steps"));
+  // Steps that route over different numbers of experts or routers cannot be summed.
+  window.add(a);
+  EXPECT_THROW(window.add(StepMetrics{}), Error);
+}
+
+namespace {
+std::vector<json> jsonl(const std::string& path) {
+  std::vector<json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+  return out;
+}
+}  // namespace
+
+// metrics.jsonl has a line every log_every steps and one ending at each evaluation and each
+// checkpoint (here the stop's); each line summarises the steps since the one before, as the
+// steps' own metrics say; a run stopped and resumed covers every step once.
+TEST(Training, MetricsLinesSummariseTheStepsSinceTheLast) {
+  auto c = train_model_config(Family::kLol);
+  c.balance_per_depth = true;
+  c.core_depth = 2;
+  auto config = small_run();
+  config.steps = 7;
+  config.log_every = 3;
+  config.eval_every = 5;
+  auto dir = temp_dir("metrics_window");
+  LanguageModel model(c);
+  model->initialize(4);
+  std::vector<StepMetrics> steps;
+  {
+    Trainer trainer(model, config, dir.string(), testing::device());
+    trainer.run([&] { return steps.size() == 4; },
+                [&](const StepMetrics& m) { steps.push_back(m); });
+  }
+  auto resumed = Trainer::resume(dir.string(), testing::device());
+  resumed->run({}, [&](const StepMetrics& m) { steps.push_back(m); });
+  ASSERT_EQ(steps.size(), 7u);
+  const auto lines = jsonl(dir.string() + "/metrics.jsonl");
+  std::vector<int64_t> ends;
+  for (const auto& j : lines) ends.push_back(j.at("step").get<int64_t>());
+  EXPECT_EQ(ends, (std::vector<int64_t>{3, 4, 5, 6, 7}));  // log_every, stop, eval, log_every, last
+  int64_t covered = 0;
+  for (const auto& j : lines) {
+    const int64_t end = j.at("step"), n = j.value("steps", 1);
+    EXPECT_EQ(end - n, covered) << "line ending at step " << end;
+    double loss = 0, grad_norm = 0, seconds = 0, tokens = 0;
+    std::vector<std::vector<double>> counts(2, std::vector<double>(c.library_size, 0.0));
+    for (int64_t t = covered; t < end; ++t) {
+      const auto& m = steps[static_cast<size_t>(t)];
+      loss += m.loss / static_cast<double>(n);
+      grad_norm += m.grad_norm / static_cast<double>(n);
+      seconds += m.seconds;
+      tokens += static_cast<double>(m.tokens);
+      for (size_t r = 0; r < 2; ++r)
+        for (size_t e = 0; e < counts[r].size(); ++e) counts[r][e] += m.load_counts_by_router[r][e];
+    }
+    const auto& last = steps[static_cast<size_t>(end - 1)];
+    EXPECT_NEAR(j.at("loss").get<double>(), loss, 1e-12) << end;
+    EXPECT_NEAR(j.at("grad_norm").get<double>(), grad_norm, 1e-12) << end;
+    EXPECT_NEAR(j.at("tokens_per_s").get<double>(), tokens / seconds, 1e-9 * tokens / seconds);
+    EXPECT_EQ(j.at("load_counts_by_router").get<std::vector<std::vector<double>>>(), counts);
+    EXPECT_EQ(j.at("lr").get<double>(), last.lr) << end;
+    EXPECT_EQ(j.contains("eval_loss"), end == 5 || end == 7) << end;
+    covered = end;
+  }
+  EXPECT_EQ(covered, 7);
+  remove_tree(dir.string());
+}
+
 TEST(Training, GrowingChangesTheExecutedDepthOnSchedule) {
   auto c = train_model_config(Family::kLol);
   c.core_depth = 4;

@@ -55,7 +55,7 @@ const std::vector<Field<TrainConfig>>& TrainConfig::fields() {
       field("grow_shape", &C::grow_shape, "depth growth shape"),
       field("eval_every", &C::eval_every, "steps between evaluations"),
       field("eval_batches", &C::eval_batches, "batches per evaluation"),
-      field("log_every", &C::log_every, "steps between log lines"),
+      field("log_every", &C::log_every, "steps between progress lines and metrics.jsonl lines"),
       field("checkpoint_every", &C::checkpoint_every, "steps between checkpoints"),
       field("keep_checkpoints", &C::keep_checkpoints, "checkpoints kept"),
       field("seed", &C::seed, "initialisation, data and noise seed"),

@@ -25,36 +25,6 @@ uint64_t noise_seed(uint64_t seed, int64_t step, int64_t micro) {
 }
 }  // namespace
 
-json StepMetrics::to_json() const {
-  json j = {{"step", step},
-            {"loss", loss},
-            {"lr", lr},
-            {"grad_norm", grad_norm},
-            {"tokens_per_s", tokens_per_s},
-            {"depth", depth},
-            {"total_flops", total_flops}};
-  if (!load.empty()) {
-    j["load"] = load;
-    j["load_entropy"] = load_entropy;
-    if (!load_counts_by_router.empty()) {
-      j["load_counts_by_router"] = load_counts_by_router;
-      j["load_entropy_min"] = load_entropy_min;
-    }
-    j["bias_min"] = bias_min;
-    j["bias_max"] = bias_max;
-    j["router_agreement"] = agreement;
-  }
-  if (comm_bytes > 0) {
-    j["comm_seconds"] = comm_seconds;
-    j["comm_bytes"] = comm_bytes;
-    j["comm_buckets"] = comm_buckets;
-    j["comm_overlapped"] = comm_overlapped;
-  }
-  if (eval_loss) j["eval_loss"] = *eval_loss;
-  if (eval_accuracy) j["eval_accuracy"] = *eval_accuracy;
-  return j;
-}
-
 Trainer::Trainer(LanguageModel model, TrainConfig config, std::string run_dir, torch::Device device,
                  std::shared_ptr<Distributed> dist)
     : model_(std::move(model)),
@@ -251,6 +221,8 @@ StepMetrics Trainer::train_step() {
   scope.reset();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m.tokens = tokens;
+  m.seconds = seconds;
   m.tokens_per_s = static_cast<double>(tokens) / seconds;
   if (dist_) {
     m.comm_seconds = dist_->seconds() - comm_seconds0;
@@ -304,27 +276,32 @@ void Trainer::run(const std::function<bool()>& should_stop,
     metrics.open(metrics_path, std::ios::app);
     LOL_CHECK(metrics.good(), "cannot open ", metrics_path);
   }
-  int64_t last_saved = -1;
+  // A line of metrics.jsonl every log_every steps, and one ending at every evaluation and every
+  // checkpoint, so a resumed run's metrics are cut exactly at its checkpoint's step.
+  MetricsWindow window;
   while (step_ < config_.steps) {
     auto m = train_step();
     const bool last = step_ == config_.steps;
-    if (writes() && ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || last)) {
-      const auto eval = evaluate();
-      m.eval_loss = eval.loss;
-      m.eval_accuracy = eval.accuracy;
+    const bool eval = (config_.eval_every > 0 && step_ % config_.eval_every == 0) || last;
+    if (writes() && eval) {
+      const auto result = evaluate();
+      m.eval_loss = result.loss;
+      m.eval_accuracy = result.accuracy;
     }
-    if (writes()) metrics << m.to_json().dump() << "\n" << std::flush;
     if (on_step) on_step(m);
-    if ((config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) || last) {
-      save_checkpoint();
-      last_saved = step_;
-    }
     // Every rank stops at the same step when any was asked to.
     bool stop = should_stop && should_stop();
     if (dist_) stop = dist_->sum({stop ? 1.0 : 0.0})[0] > 0;
+    const bool save =
+        (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) || last || stop;
+    if (writes()) {
+      window.add(m);
+      if (step_ % config_.log_every == 0 || eval || save)
+        metrics << window.take().to_json().dump() << "\n" << std::flush;
+    }
+    if (save) save_checkpoint();
     if (stop) break;
   }
-  if (last_saved != step_) save_checkpoint();
 }
 
 std::string Trainer::save_checkpoint() {

@@ -10,29 +10,11 @@
 #include "model/model.h"
 #include "train/balance.h"
 #include "train/distributed.h"
+#include "train/metrics.h"
 #include "train/optim.h"
 #include "train/train_config.h"
 
 namespace lol {
-
-struct StepMetrics {
-  int64_t step = 0;  // 1-based count of optimizer steps done
-  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
-  int64_t depth = 0;         // executed core depth
-  std::vector<double> load;  // per-expert share of routed windows (lol)
-  double load_entropy = 0, bias_min = 0, bias_max = 0, agreement = 1;
-  // With several balanced routers (balance_per_depth, moe): each one's counts per expert over
-  // the step (all ranks), and the least balanced one's entropy (train/balance.h).
-  std::vector<std::vector<double>> load_counts_by_router;
-  double load_entropy_min = 0;
-  double total_flops = 0;  // training FLOPs so far, counted with the grown depth
-  // Data parallel: seconds this rank spent in collectives this step, and bytes it reduced.
-  double comm_seconds = 0;
-  int64_t comm_bytes = 0;
-  int64_t comm_buckets = 0, comm_overlapped = 0;  // buckets, and those started during backward
-  std::optional<double> eval_loss, eval_accuracy;
-  json to_json() const;
-};
 
 // Held-out evaluation: loss per target token and the share of targets the model's most
 // likely next token gets right (teacher-forced), both over the loss-masked targets.
