@@ -33,15 +33,6 @@ double max_param_diff(const std::string& a, const std::string& b) {
   return worst;
 }
 
-// The JSON objects of a metrics.jsonl file, one per line.
-std::vector<json> metrics_lines(const std::string& path) {
-  std::vector<json> out;
-  std::istringstream in(read_text_file(path));
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
-
 struct Family {
   const char* name;
   std::string flags;
@@ -72,7 +63,7 @@ TEST(Distributed, TwoWorkersEqualOneWithTheSameGlobalBatch) {
         << f.name;
     EXPECT_LT(max_param_diff(one, two), kTolerance) << f.name;
     int64_t lines = 0;
-    for (const auto& m : metrics_lines(two + "/metrics.jsonl")) {
+    for (const auto& m : testing::metrics_lines(two + "/metrics.jsonl")) {
       ++lines;
       EXPECT_GE(m["comm_buckets"].get<int64_t>(), 4) << f.name;
       EXPECT_GE(m["comm_overlapped"].get<int64_t>(), 1) << f.name;

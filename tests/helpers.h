@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include "model/checkpoint.h"
@@ -37,6 +38,15 @@ inline std::string temp_dir(const std::string& name) {
   remove_tree(dir);
   make_directories(dir);
   return dir;
+}
+
+// The JSON objects of a metrics.jsonl file (or any JSON-lines file), one per non-empty line.
+inline std::vector<json> metrics_lines(const std::string& path) {
+  std::vector<json> out;
+  std::istringstream in(read_text_file(path));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
 }
 
 // The device the engine runs on in tests: LOL_TEST_DEVICE (cpu, cuda, cuda:N), default cpu.

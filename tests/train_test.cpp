@@ -775,15 +775,6 @@ TEST(Training, MetricsWindowAveragesSumsAndKeepsTheLastState) {
   EXPECT_THROW(window.add(StepMetrics{}), Error);
 }
 
-namespace {
-std::vector<json> jsonl(const std::string& path) {
-  std::vector<json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
-  return out;
-}
-}  // namespace
-
 // metrics.jsonl has a line every log_every steps and one ending at each evaluation and each
 // checkpoint (here the stop's); each line summarises the steps since the one before, as the
 // steps' own metrics say; a run stopped and resumed covers every step once.
@@ -807,7 +798,7 @@ TEST(Training, MetricsLinesSummariseTheStepsSinceTheLast) {
   auto resumed = Trainer::resume(dir.string(), testing::device());
   resumed->run({}, [&](const StepMetrics& m) { steps.push_back(m); });
   ASSERT_EQ(steps.size(), 7u);
-  const auto lines = jsonl(dir.string() + "/metrics.jsonl");
+  const auto lines = testing::metrics_lines(dir.string() + "/metrics.jsonl");
   std::vector<int64_t> ends;
   for (const auto& j : lines) ends.push_back(j.at("step").get<int64_t>());
   EXPECT_EQ(ends, (std::vector<int64_t>{3, 4, 5, 6, 7}));  // log_every, stop, eval, log_every, last
