@@ -44,8 +44,16 @@ void bench_dp(const DpBenchOptions& o) {
         " --train-set eval_every=0 --train-set checkpoint_every=0 --train-set log_every=1 --out " +
         out + " --nproc " + std::to_string(workers) + " >" + out + ".log 2>&1";
     make_directories(dir);
-    LOL_CHECK(std::system(command.c_str()) == 0, "bench dp: the run with ", workers,
-              " workers failed (", out, ".log)");
+    if (std::system(command.c_str()) != 0) {
+      // The run's own error says what is wrong (a setting, the data); the log keeps the rest.
+      std::ifstream log(out + ".log");
+      std::string error;
+      for (std::string line; std::getline(log, line);)
+        if (const auto at = line.find("error: "); at != std::string::npos)
+          error = line.substr(at + 7);
+      fail("bench dp: the run with ", workers, " workers failed",
+           error.empty() ? std::string() : ": " + error, " (", out, ".log)");
+    }
     std::ifstream in(out + "/metrics.jsonl");
     std::vector<double> tps, comm, step_s, bytes, buckets, overlapped;
     for (std::string line; std::getline(in, line);) {

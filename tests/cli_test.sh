@@ -56,6 +56,9 @@ expect_ok "generate past max_seq_len" "$lol" generate --model "$dir/m" --tokens 
 expect_error "generate ids out of range" "'999' is not a token id in \\[0, 64)" "$lol" generate --model "$dir/m" --prompt "1 999" --max-tokens 4
 expect_error "serve without a model" "not a model directory" "$lol" serve --model "$dir/nowhere" --port 0
 expect_error "workers that do not divide a step" "--nproc 2: a step's 1 micro-batch(es) (grad_accum) must divide" "$lol" train --preset tiny --steps 2 --out "$dir/dp" --nproc 2
+# A new run's settings are checked once, by the launcher, before any worker starts: one error.
+expect_error "workers with data the model cannot hold" "uses .* token ids but the model's vocab_size is 64 (set vocab_size=" "$lol" train --preset tiny --data task:maze:5 --steps 2 --train-set grad_accum=2 --out "$dir/dp2" --nproc 2
+[ ! -e "$dir/dp2" ] && pass "a refused multi-worker run writes nothing" || failed "refused multi-worker run left $dir/dp2"
 
 expect_error "init twice" "already holds a model" "$lol" init --preset tiny --seed 1 --out "$dir/m"
 expect_error "unknown preset" "unknown preset 'nope'" "$lol" init --preset nope --seed 1 --out "$dir/x"

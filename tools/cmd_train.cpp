@@ -276,6 +276,9 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     if (o->steps > 0) tc.steps = o->steps;
     for (const auto& a : o->train_overrides) apply_override(TrainConfig::fields(), a, tc);
     tc.validate();
+    // The data must fit the model's vocabulary: checked here so that a bad pairing is one error
+    // from this process, not one from each worker or a failure after the model is built.
+    check_source_vocab(*open_source(tc.data, tc.seed, 0), tc.data, config.vocab_size);
     return std::make_pair(config, tc);
   };
   commands.emplace_back(cmd, [o, resolve_new_run] {
@@ -284,8 +287,6 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       LOL_CHECK(!o->overwrite, "--dry-run never replaces a run; it does not take --overwrite");
       const auto [config, tc] = resolve_new_run();
       if (o->nproc > 1) check_worker_count(o->nproc, "", o->train_overrides);
-      const auto source = open_source(tc.data, tc.seed, 0);
-      check_source_vocab(*source, tc.data, config.vocab_size);
       make_directories(o->out);
       write_file_atomic(o->out + "/config.json", config.to_json().dump(2) + "\n");
       write_file_atomic(o->out + "/train_config.json", tc.to_json().dump(2) + "\n");
@@ -298,6 +299,7 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     const auto dist_config = distributed_from_env();
     if (o->nproc > 1 && !dist_config.active()) {
       check_worker_count(o->nproc, o->resume, o->train_overrides);
+      if (o->resume.empty()) resolve_new_run();  // a new run's settings, checked once
       return launch_workers(o->nproc);
     }
     auto device = selected_device();

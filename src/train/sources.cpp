@@ -82,7 +82,9 @@ std::optional<std::string> data_tokenizer_file(const std::string& spec) {
 
 void check_source_vocab(const DocumentSource& source, const std::string& spec, int64_t vocab_size) {
   LOL_CHECK(source.vocab_size() <= vocab_size, "data '", spec, "' uses ", source.vocab_size(),
-            " token ids but the model's vocab_size is ", vocab_size);
+            " token ids but the model's vocab_size is ", vocab_size,
+            " (set vocab_size=", source.vocab_size(),
+            " or more: --set vocab_size=", source.vocab_size(), ")");
 }
 
 }  // namespace lol
