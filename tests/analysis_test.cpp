@@ -14,6 +14,7 @@
 #include "analysis/stats.h"
 #include "analysis/strategy_control.h"
 #include "analysis/svg.h"
+#include "analysis/weights.h"
 #include "helpers.h"
 #include "infer/generate.h"
 #include "tasks/task.h"
@@ -1358,5 +1359,90 @@ TEST(Report, OneSelfContainedPageWithEveryLabelAndCondition) {
   EXPECT_NE(message(json::array({negative})).find("counts must be numbers >= 0"),
             std::string::npos);
 }
+
+// lol info's figures for the routing tensors, against values worked by hand.
+TEST(RoutingWeights, FiguresAreDistancesFromTheStartAndNorms) {
+  TensorMap t;
+  auto f32 = [](std::vector<float> v, std::vector<int64_t> shape) {
+    return torch::tensor(v).reshape(shape);
+  };
+  // FiLM over d = 4 at D = 2: depth 1 gamma - 1 = (0.5, -0.5, 0.5, -0.5) -> rms 0.5; depth 2
+  // at the identity -> 0. beta (3, 0, 4, 0) / (0, 0, 0, 0) -> rms 2.5, 0.
+  t["core.film.attn.gamma"] = f32({1.5, 0.5, 1.5, 0.5, 1, 1, 1, 1}, {2, 4});
+  t["core.film.attn.beta"] = f32({3.0, 0, 4, 0, 0, 0, 0, 0}, {2, 4});
+  t["router.depth_vectors"] = f32({3.0, 4, 0, 0, 0, 0, 0, 12}, {2, 4});
+  // Untied router over L = 2 experts: rows (3, 4, 0, 0) -> 5, (1, 0, 0, 0) -> 1; then 0, 2.
+  t["router.weight"] = f32({3.0, 4, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0}, {2, 2, 4});
+  t["router.balance_bias"] = f32({0.25, -0.25, 0.5, -0.5}, {2, 2});
+  t["embed.weight"] = torch::ones({3, 4});  // not a routing tensor: left alone
+  const auto w = routing_weights(t);
+  ASSERT_EQ(w.film.size(), 2u);
+  EXPECT_EQ(w.film[0].name, "attn.gamma - 1");
+  EXPECT_NEAR(w.film[0].values.at(0), 0.5, 1e-12);
+  EXPECT_NEAR(w.film[0].values.at(1), 0.0, 1e-12);
+  EXPECT_EQ(w.film[1].name, "attn.beta");
+  EXPECT_NEAR(w.film[1].values.at(0), 2.5, 1e-12);
+  ASSERT_EQ(w.depth_vectors.size(), 1u);
+  EXPECT_EQ(w.depth_vectors[0].values, (std::vector<double>{5, 12}));
+  ASSERT_EQ(w.router_rows.size(), 2u);
+  EXPECT_EQ(w.router_rows[0].name, "router.weight[1]");
+  EXPECT_EQ(w.router_rows[0].values, (std::vector<double>{5, 1}));
+  EXPECT_EQ(w.router_rows[1].values, (std::vector<double>{0, 2}));
+  ASSERT_EQ(w.balance_bias.size(), 2u);
+  EXPECT_EQ(w.balance_bias[1].name, "router.balance_bias[2]");
+  EXPECT_EQ(w.balance_bias[1].values, (std::vector<double>{0.5, -0.5}));
+  const json j = w.to_json();
+  EXPECT_EQ(j.at("film_rms").at("attn.beta").at(0).get<double>(), 2.5);
+  EXPECT_EQ(j.at("router_depth_vector_norms"), json({5.0, 12.0}));
+  EXPECT_EQ(j.at("router_row_norms").at("router.weight").size(), 2u);
+  EXPECT_EQ(j.at("balance_bias").at("router.balance_bias").size(), 2u);  // one row per depth
+  EXPECT_FALSE(j.contains("embed.weight"));
+
+  t["router.depth_vectors"] = torch::zeros({2, 2, 4});
+  try {
+    routing_weights(t);
+    ADD_FAILURE() << "a [2, 2, 4] depth vector tensor was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("router.depth_vectors: depth vectors are [D, d]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Every family's stored routing tensors are found by their canonical names; a fresh model sits
+// at FiLM's identity and a zero bias.
+TEST(RoutingWeights, AFreshModelOfEachFamilyStartsAtTheIdentity) {
+  for (Family family : {Family::kLol, Family::kMoe, Family::kDense}) {
+    LanguageModel model(testing::tiny_config(family));
+    model->initialize(1);
+    const std::string dir = testing::temp_dir("routing_weights");
+    save_model(model, dir);
+    const auto w = routing_weights(read_safetensors(dir + "/model.safetensors", is_routing_weight));
+    const auto& c = model->config();
+    SCOPED_TRACE(enum_name(family));
+    if (family == Family::kDense) {
+      EXPECT_TRUE(w.empty());
+      continue;
+    }
+    for (const auto& row : w.balance_bias)
+      for (double b : row.values) EXPECT_EQ(b, 0.0);
+    for (const auto& row : w.router_rows)
+      EXPECT_EQ(row.values.size(),
+                static_cast<size_t>(family == Family::kLol ? c.library_size : c.moe_experts));
+    if (family == Family::kMoe) {
+      EXPECT_FALSE(w.router_rows.empty());
+      EXPECT_TRUE(w.film.empty());
+      continue;
+    }
+    ASSERT_EQ(w.film.size(), 4u);
+    for (const auto& row : w.film) {
+      ASSERT_EQ(row.values.size(), static_cast<size_t>(c.core_depth));
+      for (double v : row.values) EXPECT_EQ(v, 0.0) << row.name;
+    }
+    ASSERT_EQ(w.depth_vectors.size(), 1u);
+    EXPECT_EQ(w.router_rows.size(), c.router_tied ? 1u : static_cast<size_t>(c.core_depth));
+  }
+}
+
 }  // namespace
 }  // namespace lol

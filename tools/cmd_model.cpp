@@ -4,6 +4,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "analysis/weights.h"
 #include "commands.h"
 #include "model/checkpoint.h"
 #include "model/stats.h"
@@ -211,32 +212,12 @@ void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
               {"core_cache_bytes_per_sequence", s.core_cache_bytes},
               {"fixed_cache_bytes_per_token", s.fixed_cache_bytes_per_token},
               {"config", config.to_json()}};
-    // The balancing biases as trained (SPEC 1.7), read without loading the other weights: one
-    // row per balanced router (lol; one per depth with balance_per_depth; one per moe layer).
-    std::vector<std::pair<std::string, std::vector<double>>> bias_rows;
+    // What training made of the routing tensors, read without loading the blocks.
+    RoutingWeights trained;
     if (!o->model.empty()) {
-      const std::string suffix = "balance_bias";
-      const auto biases = read_safetensors(
-          resolve_model_dir(o->model) + "/model.safetensors", [&](const std::string& name) {
-            return name.size() >= suffix.size() &&
-                   name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-          });
-      json stored = json::object();
-      for (const auto& [name, tensor] : biases) {
-        const auto t = tensor.to(torch::kFloat64).contiguous();
-        const int64_t width = t.dim() == 0 ? 1 : t.size(-1);
-        const auto rows = t.reshape({-1, width});
-        json listed = json::array();
-        for (int64_t r = 0; r < rows.size(0); ++r) {
-          const double* data = rows[r].data_ptr<double>();
-          std::vector<double> row(data, data + width);
-          listed.push_back(row);
-          bias_rows.emplace_back(t.dim() == 2 ? name + "[" + std::to_string(r + 1) + "]" : name,
-                                 row);
-        }
-        stored[name] = t.dim() == 2 ? listed : listed.at(0);
-      }
-      j["balance_bias"] = stored;
+      trained = routing_weights(
+          read_safetensors(resolve_model_dir(o->model) + "/model.safetensors", is_routing_weight));
+      j.update(trained.to_json());
     }
     if (o->as_json) {
       std::cout << j.dump(2) << "\n";
@@ -255,17 +236,33 @@ void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
               << "prelude/coda KV cache  "
               << human(static_cast<double>(s.fixed_cache_bytes_per_token))
               << "B per token of context\n";
-    if (bias_rows.empty()) return;
-    std::cout << "balance bias           balance_space=" << enum_name(config.balance_space)
-              << "; range = largest - smallest\n";
-    for (const auto& [name, row] : bias_rows) {
-      std::cout << "  " << std::left << std::setw(21) << name << std::right << std::showpos
-                << std::fixed << std::setprecision(3);
-      for (double b : row) std::cout << " " << b;
-      const auto [lo, hi] = std::minmax_element(row.begin(), row.end());
-      std::cout << std::noshowpos << "  range " << std::setprecision(2)
-                << (row.empty() ? 0.0 : *hi - *lo) << "\n";
-    }
+    if (trained.empty()) return;
+    // One line per row: its name, then one figure per depth / expert.
+    auto print_rows = [](const char* title, const std::string& about,
+                         const std::vector<WeightRow>& rows, bool signed_figures, bool range) {
+      if (rows.empty()) return;
+      std::cout << std::left << std::setw(23) << title << about << "\n";
+      for (const auto& [name, row] : rows) {
+        std::cout << "  " << std::left << std::setw(21) << name << std::right << std::fixed
+                  << std::setprecision(3) << (signed_figures ? std::showpos : std::noshowpos);
+        for (double v : row) std::cout << " " << v;
+        std::cout << std::noshowpos;
+        const auto [lo, hi] = std::minmax_element(row.begin(), row.end());
+        if (range)
+          std::cout << "  range " << std::setprecision(2) << (row.empty() ? 0.0 : *hi - *lo);
+        std::cout << "\n";
+      }
+    };
+    print_rows("balance bias",
+               std::string("balance_space=") + enum_name(config.balance_space) +
+                   "; range = largest - smallest",
+               trained.balance_bias, true, true);
+    print_rows("FiLM", "rms over d_model per depth 1..D (0 at initialisation)", trained.film, false,
+               false);
+    print_rows("router depth vectors", "|e[l]| per depth 1..D", trained.depth_vectors, false,
+               false);
+    print_rows("router rows", "|R[m]| per expert 0..L-1 (logits scale with it)",
+               trained.router_rows, false, false);
   });
 }
 
