@@ -1,4 +1,5 @@
 // Route extraction and mode paths (docs/analysis.md).
+#include <iomanip>
 #include <random>
 #include <set>
 #include <sstream>
@@ -1077,16 +1078,30 @@ TEST(StrategyControl, ModePathsFollowTheChosenRule) {
   std::map<ModeRule, std::vector<LabelledPath>> got;
   for (auto rule : {ModeRule::kProbabilities, ModeRule::kRouted}) {
     o.rule = rule;
-    got[rule] = task_mode_paths(model, o);
+    const auto mode = task_mode_paths(model, o);
+    got[rule] = mode.paths;
     auto source = task_sequences("maze", 4, 2, 3);
     ModePathBuilder builder(rule);
-    extract_routes(model, *source, ExtractOptions{}, [&](SequenceRoutes&& s) { builder.add(s); });
+    RouteStatsBuilder stats(model->config().core_depth, model->config().library_size);
+    extract_routes(model, *source, ExtractOptions{}, [&](SequenceRoutes&& s) {
+      builder.add(s);
+      stats.add(s);
+    });
     const auto expected = builder.paths();
     ASSERT_EQ(got[rule].size(), expected.size());
+    std::vector<ForcedPath> forced;
     for (size_t i = 0; i < expected.size(); ++i) {
       EXPECT_EQ(got[rule][i].label, expected[i].label);
       EXPECT_EQ(got[rule][i].path.to_json(), expected[i].path.to_json());
+      forced.push_back(expected[i].path);
     }
+    // Beside the paths: the distinct count by this rule and the bias's share of the windows,
+    // as `lol path extract` and `lol path stats` give them from the same routes.
+    EXPECT_EQ(rule == ModeRule::kRouted ? mode.distinct_by_routes : mode.distinct_by_probabilities,
+              distinct_paths(forced, model->config().core_depth));
+    EXPECT_DOUBLE_EQ(mode.bias_decided, stats.finish().bias_decided);
+    EXPECT_GT(mode.bias_decided, 0.0);
+    EXPECT_EQ(mode.distinct_by_routes, 1);  // expert 0 everywhere
   }
   int64_t routed_other = 0, spec_other = 0;
   for (const auto& p : got[ModeRule::kRouted])
@@ -1164,7 +1179,14 @@ TEST(StrategyControl, EqualsRouteExtractAndEvalThroughTheirFiles) {
   later.tokens = 81920;
   later.full.summary.strategy_as_requested = 0.625;
   const auto table = strategy_curve_table({control, later});
-  EXPECT_NE(table.find("| 40 | 81920 | " + std::to_string(control.distinct_paths) + "/5 |"),
+  EXPECT_NE(table.find("| 40 | 81920 | " + std::to_string(control.distinct_by_probabilities) +
+                       " / " + std::to_string(control.distinct_by_routes) + " of 5 | " +
+                       [&] {
+                         std::ostringstream f;
+                         f << std::fixed << std::setprecision(3) << control.bias_decided;
+                         return f.str();
+                       }() +
+                       " |"),
             std::string::npos)
       << table;
   EXPECT_NE(table.find("| 0.625 |"), std::string::npos) << table;

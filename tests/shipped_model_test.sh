@@ -51,14 +51,17 @@ PY
     fail "$name: the README does not give the command that reproduces the model"
 
   "$lol" info --model "$model" >"$out/info.txt" || fail "lol info cannot read $name"
-  "$lol" --threads 1 path curve "$model" "$@" --show 1 >"$out/curve.txt" 2>&1 ||
+  "$lol" --threads 1 path curve "$model" "$@" --show 1 --json "$out/curve.json" >"$out/curve.txt" 2>&1 ||
     { cat "$out/curve.txt"; fail "$name: lol path curve fails on it"; }
-  local row
-  row=$(grep "^| $step | " "$out/curve.txt") || { cat "$out/curve.txt"; fail "$name: no point at step $step"; }
-  echo "$row" | awk -F'|' '{
-    gsub(/ /, "", $4); gsub(/ /, "", $5); gsub(/ /, "", $8)
-    exit !($4 == "5/5" && $5 >= 0.6 && $8 >= 0.6)
-  }' || fail "$name no longer controls its strategies: $row"
+  grep -q "^| $step | " "$out/curve.txt" || { cat "$out/curve.txt"; fail "$name: no point at step $step"; }
+  python3 - "$out/curve.json" "$step" <<'PY' || fail "$name no longer controls its strategies: $(grep "^| $step | " "$out/curve.txt")"
+import json, sys
+last = json.load(open(sys.argv[1]))[-1]
+ok = (last["step"] == int(sys.argv[2]) and last["distinct_paths"] == 5
+      and last["descriptor"]["strategy_as_requested"] >= 0.6
+      and last["full"]["strategy_as_requested"] >= 0.6)
+sys.exit(0 if ok else 1)
+PY
   grep -q "^$show, filler, mode path forced (1: " "$out/curve.txt" ||
     { cat "$out/curve.txt"; fail "$name: --show printed no forced-path generation"; }
 }

@@ -12,20 +12,38 @@
 
 namespace lol {
 
-std::vector<LabelledPath> task_mode_paths(LanguageModel& model, const StrategyControlOptions& o) {
+TaskModePaths task_mode_paths(LanguageModel& model, const StrategyControlOptions& o) {
   auto source = task_sequences(tasks::kind_name(o.kind), o.maze_size, o.count, o.route_seed);
-  ModePathBuilder builder(o.rule);
+  ModePathBuilder by_probabilities(ModeRule::kProbabilities), by_routes(ModeRule::kRouted);
+  int64_t windows = 0, decided = 0;
   ExtractOptions extract;
   extract.batch_size = o.max_batch;
-  extract_routes(model, *source, extract, [&](SequenceRoutes&& s) { builder.add(s); });
-  std::vector<LabelledPath> out;
-  for (auto& m : builder.paths()) {
+  extract_routes(model, *source, extract, [&](SequenceRoutes&& s) {
+    by_probabilities.add(s);
+    by_routes.add(s);
+    for (const auto& w : s.windows) {
+      const auto& p = w.route.probs;  // the router's own choice: the first maximum of p
+      decided += w.route.expert != std::max_element(p.begin(), p.end()) - p.begin();
+      ++windows;
+    }
+  });
+  TaskModePaths out;
+  auto distinct = [&](const std::vector<ModePath>& paths) {
+    std::vector<ForcedPath> forced;
+    for (const auto& m : paths) forced.push_back(m.path);
+    return distinct_paths(forced, model->config().core_depth);
+  };
+  const auto probabilities = by_probabilities.paths(), routes = by_routes.paths();
+  out.distinct_by_probabilities = distinct(probabilities);
+  out.distinct_by_routes = distinct(routes);
+  out.bias_decided = windows ? static_cast<double>(decided) / static_cast<double>(windows) : 0.0;
+  for (const auto& m : o.rule == ModeRule::kRouted ? routes : probabilities) {
     LabelledPath p;
     p.label = m.label;
     p.strategy = tasks::strategy_by_name(o.kind, m.label);
     LOL_CHECK(p.strategy > 0, "label '", m.label, "' names no strategy");
-    p.path = std::move(m.path);
-    out.push_back(std::move(p));
+    p.path = m.path;
+    out.paths.push_back(std::move(p));
   }
   return out;
 }
@@ -65,12 +83,15 @@ StrategyControl measure_strategy_control(LanguageModel& model, torch::Device dev
                                          const StrategyControlOptions& o,
                                          const std::function<void(const EvalSample&)>& sink) {
   StrategyControl out;
-  const auto paths = task_mode_paths(model, o);
+  const auto mode = task_mode_paths(model, o);
+  const auto& paths = mode.paths;
   out.paths = paths;
   out.labels = static_cast<int64_t>(paths.size());
-  std::vector<ForcedPath> forced;
-  for (const auto& p : paths) forced.push_back(p.path);
-  out.distinct_paths = distinct_paths(forced, model->config().core_depth);
+  out.distinct_by_probabilities = mode.distinct_by_probabilities;
+  out.distinct_by_routes = mode.distinct_by_routes;
+  out.distinct_paths =
+      o.rule == ModeRule::kRouted ? mode.distinct_by_routes : mode.distinct_by_probabilities;
+  out.bias_decided = mode.bias_decided;
   PathEvalOptions eval;
   eval.kind = o.kind;
   eval.maze_size = o.maze_size;
@@ -93,6 +114,9 @@ json StrategyControl::to_json(tasks::Kind kind) const {
               {"tokens", tokens},
               {"labels", labels},
               {"distinct_paths", distinct_paths},
+              {"distinct_paths_by_rule",
+               {{"probabilities", distinct_by_probabilities}, {"routed", distinct_by_routes}}},
+              {"bias_decided", bias_decided},
               {"descriptor", descriptor.to_json(kind)},
               {"full", full.to_json(kind)},
               {"paths", [&] {
@@ -114,7 +138,8 @@ std::string fixed(double v, int digits) {
 std::vector<std::string> curve_header() {
   return {"step",
           "tokens",
-          "distinct paths",
+          "distinct paths: SPEC / routed rule",
+          "bias decided",
           "descriptor: as requested",
           "descriptor: legal",
           "descriptor: answer",
@@ -129,10 +154,12 @@ std::vector<std::vector<std::string>> curve_rows(const std::vector<StrategyContr
     const auto& d = c.descriptor.summary;
     const auto& f = c.full.summary;
     rows.push_back({std::to_string(c.step), std::to_string(c.tokens),
-                    std::to_string(c.distinct_paths) + "/" + std::to_string(c.labels),
-                    fixed(d.strategy_as_requested, 3), fixed(d.trace_legal, 3),
-                    fixed(d.answer_correct, 3), fixed(f.strategy_as_requested, 3),
-                    fixed(f.trace_legal, 3), fixed(f.answer_correct, 3)});
+                    std::to_string(c.distinct_by_probabilities) + " / " +
+                        std::to_string(c.distinct_by_routes) + " of " + std::to_string(c.labels),
+                    fixed(c.bias_decided, 3), fixed(d.strategy_as_requested, 3),
+                    fixed(d.trace_legal, 3), fixed(d.answer_correct, 3),
+                    fixed(f.strategy_as_requested, 3), fixed(f.trace_legal, 3),
+                    fixed(f.answer_correct, 3)});
   }
   return rows;
 }

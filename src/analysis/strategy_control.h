@@ -25,10 +25,25 @@ struct StrategyControlOptions {
   std::function<void()> on_sample;           // after each generation (progress)
 };
 
+// The mode paths of the strategies, and what the routes they came from say beside them.
+struct TaskModePaths {
+  std::vector<LabelledPath> paths;  // by the options' rule, in label order
+  // How many of the strategies' paths differ (distinct_paths) by each rule, on the same routes:
+  // fewer by SPEC 3.6's rule than by the routed one means the balancing bias, not the router,
+  // tells some strategies apart.
+  int64_t distinct_by_probabilities = 0, distinct_by_routes = 0;
+  // Share of the routes' windows whose expert is not the argmax of p, so the bias decided them
+  // (as `lol path stats` counts).
+  double bias_decided = 0;
+};
+
 struct StrategyControl {
   int64_t step = 0, tokens = 0;  // where the checkpoint stood (0 for a bare model)
   int64_t labels = 0;            // strategies with a mode path
   int64_t distinct_paths = 0;    // of those, how many force different experts somewhere
+  // The same count by each rule, and the bias's share of the windows (TaskModePaths).
+  int64_t distinct_by_probabilities = 0, distinct_by_routes = 0;
+  double bias_decided = 0;
   ConditionResult descriptor, full;
   std::vector<LabelledPath> paths;  // the mode paths, in label order
   json to_json(tasks::Kind kind) const;
@@ -36,7 +51,7 @@ struct StrategyControl {
 
 // The mode path of every strategy (SPEC 3.6 by default; `rule`) from `count` held-out
 // problems of `route_seed`, labelled by strategy.
-std::vector<LabelledPath> task_mode_paths(LanguageModel& model, const StrategyControlOptions& o);
+TaskModePaths task_mode_paths(LanguageModel& model, const StrategyControlOptions& o);
 
 // How many of `paths` differ from each other: two paths are the same when they force the same
 // expert at every (depth, window ordinal) either covers (a path reuses its last ordinal beyond
@@ -66,8 +81,9 @@ std::string path_line(const ForcedPath& path);
 std::string strategy_examples(const std::vector<EvalSample>& samples,
                               const std::vector<LabelledPath>& paths, tasks::Kind kind);
 
-// The curve as a markdown table: step, tokens, distinct paths, and per condition the share of
-// traces that followed the requested strategy, were legal, and gave the right answer.
+// The curve as a markdown table: step, tokens, distinct paths by each rule, the bias's share of
+// the windows, and per condition the share of traces that followed the requested strategy, were
+// legal, and gave the right answer.
 std::string strategy_curve_table(const std::vector<StrategyControl>& curve);
 // One self-contained HTML page: the table, the two curves against tokens and the confusion
 // matrices of the last point.
