@@ -1099,7 +1099,11 @@ TEST(StrategyControl, ModePathsFollowTheChosenRule) {
     // as `lol path extract` and `lol path stats` give them from the same routes.
     EXPECT_EQ(rule == ModeRule::kRouted ? mode.distinct_by_routes : mode.distinct_by_probabilities,
               distinct_paths(forced, model->config().core_depth));
-    EXPECT_DOUBLE_EQ(mode.bias_decided, stats.finish().bias_decided);
+    const auto expected_stats = stats.finish();
+    EXPECT_DOUBLE_EQ(mode.bias_decided, expected_stats.bias_decided);
+    ASSERT_EQ(mode.bias_decided_by_depth.size(), expected_stats.bias_decided_by_depth.size());
+    for (size_t l = 0; l < mode.bias_decided_by_depth.size(); ++l)
+      EXPECT_DOUBLE_EQ(mode.bias_decided_by_depth[l], expected_stats.bias_decided_by_depth[l]);
     EXPECT_GT(mode.bias_decided, 0.0);
     EXPECT_EQ(mode.distinct_by_routes, 1);  // expert 0 everywhere
   }

@@ -432,7 +432,13 @@ void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
               << o->control.eval_seed << "), greedy, filler length-matched\n"
               << strategy_curve_table(curve);
     const auto& last = curve.back();
-    std::cout << "\nlast checkpoint, descriptor:\n"
+    std::ostringstream by_depth;
+    by_depth << std::fixed << std::setprecision(3);
+    for (size_t l = 0; l < last.bias_decided_by_depth.size(); ++l)
+      by_depth << (l ? " / " : "") << last.bias_decided_by_depth[l];
+    std::cout << "\nlast checkpoint, windows the bias decided at depth 1.."
+              << last.bias_decided_by_depth.size() << ": " << by_depth.str() << "\n"
+              << "\nlast checkpoint, descriptor:\n"
               << last.descriptor.summary.to_text(o->control.kind)
               << "\nlast checkpoint, forced mode paths:\n"
               << last.full.summary.to_text(o->control.kind);

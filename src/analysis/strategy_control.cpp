@@ -15,7 +15,8 @@ namespace lol {
 TaskModePaths task_mode_paths(LanguageModel& model, const StrategyControlOptions& o) {
   auto source = task_sequences(tasks::kind_name(o.kind), o.maze_size, o.count, o.route_seed);
   ModePathBuilder by_probabilities(ModeRule::kProbabilities), by_routes(ModeRule::kRouted);
-  int64_t windows = 0, decided = 0;
+  const auto depth = static_cast<size_t>(model->config().core_depth);
+  std::vector<int64_t> windows(depth, 0), decided(depth, 0);  // per depth
   ExtractOptions extract;
   extract.batch_size = o.max_batch;
   extract_routes(model, *source, extract, [&](SequenceRoutes&& s) {
@@ -23,8 +24,9 @@ TaskModePaths task_mode_paths(LanguageModel& model, const StrategyControlOptions
     by_routes.add(s);
     for (const auto& w : s.windows) {
       const auto& p = w.route.probs;  // the router's own choice: the first maximum of p
-      decided += w.route.expert != std::max_element(p.begin(), p.end()) - p.begin();
-      ++windows;
+      const auto l = static_cast<size_t>(w.route.depth - 1);
+      decided.at(l) += w.route.expert != std::max_element(p.begin(), p.end()) - p.begin();
+      ++windows.at(l);
     }
   });
   TaskModePaths out;
@@ -36,7 +38,16 @@ TaskModePaths task_mode_paths(LanguageModel& model, const StrategyControlOptions
   const auto probabilities = by_probabilities.paths(), routes = by_routes.paths();
   out.distinct_by_probabilities = distinct(probabilities);
   out.distinct_by_routes = distinct(routes);
-  out.bias_decided = windows ? static_cast<double>(decided) / static_cast<double>(windows) : 0.0;
+  auto share = [](int64_t part, int64_t whole) {
+    return whole ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+  };
+  int64_t all_windows = 0, all_decided = 0;
+  for (size_t l = 0; l < depth; ++l) {
+    out.bias_decided_by_depth.push_back(share(decided[l], windows[l]));
+    all_windows += windows[l];
+    all_decided += decided[l];
+  }
+  out.bias_decided = share(all_decided, all_windows);
   for (const auto& m : o.rule == ModeRule::kRouted ? routes : probabilities) {
     LabelledPath p;
     p.label = m.label;
@@ -92,6 +103,7 @@ StrategyControl measure_strategy_control(LanguageModel& model, torch::Device dev
   out.distinct_paths =
       o.rule == ModeRule::kRouted ? mode.distinct_by_routes : mode.distinct_by_probabilities;
   out.bias_decided = mode.bias_decided;
+  out.bias_decided_by_depth = mode.bias_decided_by_depth;
   PathEvalOptions eval;
   eval.kind = o.kind;
   eval.maze_size = o.maze_size;
@@ -117,6 +129,7 @@ json StrategyControl::to_json(tasks::Kind kind) const {
               {"distinct_paths_by_rule",
                {{"probabilities", distinct_by_probabilities}, {"routed", distinct_by_routes}}},
               {"bias_decided", bias_decided},
+              {"bias_decided_by_depth", bias_decided_by_depth},
               {"descriptor", descriptor.to_json(kind)},
               {"full", full.to_json(kind)},
               {"paths", [&] {

@@ -33,8 +33,9 @@ struct TaskModePaths {
   // tells some strategies apart.
   int64_t distinct_by_probabilities = 0, distinct_by_routes = 0;
   // Share of the routes' windows whose expert is not the argmax of p, so the bias decided them
-  // (as `lol path stats` counts).
+  // (as `lol path stats` counts), overall and per depth 1..D.
   double bias_decided = 0;
+  std::vector<double> bias_decided_by_depth;
 };
 
 struct StrategyControl {
@@ -44,6 +45,7 @@ struct StrategyControl {
   // The same count by each rule, and the bias's share of the windows (TaskModePaths).
   int64_t distinct_by_probabilities = 0, distinct_by_routes = 0;
   double bias_decided = 0;
+  std::vector<double> bias_decided_by_depth;
   ConditionResult descriptor, full;
   std::vector<LabelledPath> paths;  // the mode paths, in label order
   json to_json(tasks::Kind kind) const;
