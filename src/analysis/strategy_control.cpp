@@ -7,6 +7,7 @@
 
 #include "analysis/paths.h"
 #include "analysis/routes.h"
+#include "analysis/stats.h"
 #include "analysis/svg.h"
 #include "util/error.h"
 
@@ -15,19 +16,14 @@ namespace lol {
 TaskModePaths task_mode_paths(LanguageModel& model, const StrategyControlOptions& o) {
   auto source = task_sequences(tasks::kind_name(o.kind), o.maze_size, o.count, o.route_seed);
   ModePathBuilder by_probabilities(ModeRule::kProbabilities), by_routes(ModeRule::kRouted);
-  const auto depth = static_cast<size_t>(model->config().core_depth);
-  std::vector<int64_t> windows(depth, 0), decided(depth, 0);  // per depth
+  // The bias's share of the windows, counted as `lol path stats` counts it.
+  RouteStatsBuilder stats(model->config().core_depth, model->config().library_size);
   ExtractOptions extract;
   extract.batch_size = o.max_batch;
   extract_routes(model, *source, extract, [&](SequenceRoutes&& s) {
     by_probabilities.add(s);
     by_routes.add(s);
-    for (const auto& w : s.windows) {
-      const auto& p = w.route.probs;  // the router's own choice: the first maximum of p
-      const auto l = static_cast<size_t>(w.route.depth - 1);
-      decided.at(l) += w.route.expert != std::max_element(p.begin(), p.end()) - p.begin();
-      ++windows.at(l);
-    }
+    stats.add(s);
   });
   TaskModePaths out;
   auto distinct = [&](const std::vector<ModePath>& paths) {
@@ -38,16 +34,9 @@ TaskModePaths task_mode_paths(LanguageModel& model, const StrategyControlOptions
   const auto probabilities = by_probabilities.paths(), routes = by_routes.paths();
   out.distinct_by_probabilities = distinct(probabilities);
   out.distinct_by_routes = distinct(routes);
-  auto share = [](int64_t part, int64_t whole) {
-    return whole ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
-  };
-  int64_t all_windows = 0, all_decided = 0;
-  for (size_t l = 0; l < depth; ++l) {
-    out.bias_decided_by_depth.push_back(share(decided[l], windows[l]));
-    all_windows += windows[l];
-    all_decided += decided[l];
-  }
-  out.bias_decided = share(all_decided, all_windows);
+  const auto route_stats = stats.finish();
+  out.bias_decided = route_stats.bias_decided;
+  out.bias_decided_by_depth = route_stats.bias_decided_by_depth;
   for (const auto& m : o.rule == ModeRule::kRouted ? routes : probabilities) {
     LabelledPath p;
     p.label = m.label;
