@@ -1196,7 +1196,15 @@ TEST(StrategyControl, EqualsRouteExtractAndEvalThroughTheirFiles) {
   EXPECT_NE(table.find("| 0.625 |"), std::string::npos) << table;
   const auto page = strategy_curve_html({control, later}, tasks::Kind::kMaze, "a <title>");
   EXPECT_NE(page.find("a &lt;title&gt;"), std::string::npos);
+  EXPECT_EQ(count_of(page, "<h1>"), 1u);
   EXPECT_NE(page.find("(b) forced mode path at step 40"), std::string::npos);
+  // The routes along training: the bias's share at every depth the model has, and no other.
+  ASSERT_EQ(control.bias_decided_by_depth.size(), static_cast<size_t>(c.core_depth));
+  EXPECT_NE(page.find("Routes along training"), std::string::npos);
+  EXPECT_NE(page.find("bias decided: depth " + std::to_string(c.core_depth)), std::string::npos);
+  EXPECT_EQ(page.find("bias decided: depth " + std::to_string(c.core_depth + 1)),
+            std::string::npos);
+  EXPECT_NE(page.find("distinct paths / strategies: routed rule"), std::string::npos);
 }
 
 // How `lol path curve --show` prints a path and a generation: the reference is the requested
@@ -1311,7 +1319,16 @@ TEST(Svg, CurvesJoinEachGroupAndALogAxisLeavesOutWhatItCannotDraw) {
   // The axis ends are data values (10^x of the padded log range), not logarithms.
   EXPECT_NE(curves.find("(log scale)"), std::string::npos);
   EXPECT_NE(curves.find(">1.26e+11<"), std::string::npos);  // 10^11.1
-  EXPECT_NE(curves.find(">7.94e+08<"), std::string::npos);  // 10^8.9
+  EXPECT_NE(curves.find(">794M<"), std::string::npos);      // 10^8.9
+  // A linear axis of token counts reads in k and M, of shares in two decimals.
+  s.log_x = false;
+  s.x = {2048, 34816000, 169984000, 2048, 34816000, 169984000};
+  s.y = {0.0, 0.5, 1.0, 0.25, 0.5, 0.75};
+  const auto linear = svg::scatter(s);
+  EXPECT_NE(linear.find(">-8.5M<"), std::string::npos);  // 2048 - 5% of the range
+  EXPECT_NE(linear.find(">178M<"), std::string::npos);
+  EXPECT_NE(linear.find(">-0.05<"), std::string::npos);
+  EXPECT_NE(linear.find(">1.05<"), std::string::npos);
   // The dense curve has two drawable points: one segment, from x 1e9 to 1e11 (the plot's ends).
   const auto dense = curves.find("stroke=\"#ff7f0e\"");
   ASSERT_NE(dense, std::string::npos);

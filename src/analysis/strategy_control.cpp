@@ -186,6 +186,36 @@ svg::Heatmap confusion_map(const tasks::ScoreSummary& s, tasks::Kind kind,
   return h;
 }
 
+// The routing figures of each checkpoint against tokens: the bias's share of the windows,
+// overall and per depth, and the distinct mode paths by each rule as a share of the strategies.
+svg::Scatter routing_scatter(const std::vector<StrategyControl>& curve) {
+  svg::Scatter s;
+  s.title = "Routes along training";
+  s.x_title = "training tokens";
+  s.y_title = "share";
+  s.lines = true;
+  s.groups = {"distinct paths / strategies: SPEC rule", "distinct paths / strategies: routed rule",
+              "bias decided: all depths"};
+  size_t depths = 0;
+  for (const auto& c : curve) depths = std::max(depths, c.bias_decided_by_depth.size());
+  for (size_t l = 1; l <= depths; ++l)
+    s.groups.push_back("bias decided: depth " + std::to_string(l));
+  auto add = [&](const StrategyControl& c, size_t group, double value) {
+    s.x.push_back(static_cast<double>(c.tokens));
+    s.y.push_back(value);
+    s.group.push_back(group);
+  };
+  for (const auto& c : curve) {
+    const double labels = static_cast<double>(std::max<int64_t>(c.labels, 1));
+    add(c, 0, static_cast<double>(c.distinct_by_probabilities) / labels);
+    add(c, 1, static_cast<double>(c.distinct_by_routes) / labels);
+    add(c, 2, c.bias_decided);
+    for (size_t l = 0; l < c.bias_decided_by_depth.size(); ++l)
+      add(c, 3 + l, c.bias_decided_by_depth[l]);
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string path_line(const ForcedPath& path) {
@@ -270,11 +300,18 @@ std::string strategy_curve_html(const std::vector<StrategyControl>& curve, tasks
       s.group.push_back(g);
     }
   }
-  std::string body = "<h1>" + svg::escape(title) + "</h1>\n";
-  body += svg::html_figure(svg::scatter(s),
-                           "(a) the true descriptor in the prompt; (b) the length-matched filler "
-                           "with each strategy's mode path forced (SPEC 3.6). 'as requested': the "
-                           "trace is the requested strategy's reference trace.");
+  std::string body =
+      svg::html_figure(svg::scatter(s),
+                       "(a) the true descriptor in the prompt; (b) the length-matched filler "
+                       "with each strategy's mode path forced (SPEC 3.6). 'as requested': the "
+                       "trace is the requested strategy's reference trace.");
+  body += svg::html_figure(
+      svg::scatter(routing_scatter(curve)),
+      "How the routes separate the strategies: the share of the held-out windows whose expert "
+      "is not the router's top choice, so the balancing bias chose it (over all depths and per "
+      "depth), and the strategies whose mode paths differ, out of all of them, by SPEC 3.6's "
+      "rule (the router's mean probability) and by the routed rule (the expert the windows "
+      "ran). Routed above SPEC: the bias, not the router, tells some strategies apart.");
   body += svg::html_table(curve_header(), curve_rows(curve));
   if (!curve.empty()) {
     const auto& last = curve.back();

@@ -87,8 +87,9 @@ std::string strategy_examples(const std::vector<EvalSample>& samples,
 // the windows, and per condition the share of traces that followed the requested strategy, were
 // legal, and gave the right answer.
 std::string strategy_curve_table(const std::vector<StrategyControl>& curve);
-// One self-contained HTML page: the table, the two curves against tokens and the confusion
-// matrices of the last point.
+// One self-contained HTML page: the strategy-control curves against tokens, the routes along
+// training (the bias's share of the windows, overall and per depth; distinct mode paths by each
+// rule), the table and the confusion matrices of the last point.
 std::string strategy_curve_html(const std::vector<StrategyControl>& curve, tasks::Kind kind,
                                 const std::string& title);
 

@@ -19,6 +19,21 @@ std::string num(double x, int digits = 1) {
   return s == "-0.0" || s == "-0" ? s.substr(1) : s;
 }
 
+// An axis end as a person reads it: two decimals below 10,000 (shares, losses), three
+// significant digits with k or M up to a billion (tokens: "34.8M"), and in powers of ten beyond.
+std::string axis_number(double x) {
+  if (!std::isfinite(x)) return "0";
+  const double a = std::abs(x);
+  if (a < 1e4) return num(x, 2);
+  char buffer[32];
+  if (a >= 1e9)
+    std::snprintf(buffer, sizeof(buffer), "%.3g", x);
+  else
+    std::snprintf(buffer, sizeof(buffer), "%.3g%s", a >= 1e6 ? x / 1e6 : x / 1e3,
+                  a >= 1e6 ? "M" : "k");
+  return buffer;
+}
+
 std::string text(double x, double y, const std::string& content, const std::string& extra = "") {
   return "<text x=\"" + num(x) + "\" y=\"" + num(y) + "\"" + (extra.empty() ? "" : " " + extra) +
          ">" + escape(content) + "</text>\n";
@@ -200,12 +215,7 @@ std::string scatter(const Scatter& s) {
   const std::pair<double, double> x_range = range(xs), y_range = range(s.y);
   const double x0 = x_range.first, x1 = x_range.second;
   const double y0 = y_range.first, y1 = y_range.second;
-  auto x_label = [&](double x) {
-    if (!s.log_x) return num(x, 2);
-    char buffer[32];
-    std::snprintf(buffer, sizeof(buffer), "%.3g", std::pow(10.0, x));
-    return std::string(buffer);
-  };
+  auto x_label = [&](double x) { return axis_number(s.log_x ? std::pow(10.0, x) : x); };
   const double left = 50, top = 30, plot = 300;
   const double legend_x = left + plot + 16;
   const double width = std::max(legend_x + label_width(s.groups) + 30,
@@ -222,8 +232,18 @@ std::string scatter(const Scatter& s) {
       "text-anchor=\"middle\" font-style=\"italic\" transform=\"rotate(-90 14 " + num(mid) + ")\"");
   out += text(left, top + plot + 14, x_label(x0), "text-anchor=\"start\"");
   out += text(left + plot, top + plot + 14, x_label(x1), "text-anchor=\"end\"");
-  out += text(left - 4, top + plot, num(y0, 2), "text-anchor=\"end\"");
-  out += text(left - 4, top + 10, num(y1, 2), "text-anchor=\"end\"");
+  out += text(left - 4, top + plot, axis_number(y0), "text-anchor=\"end\"");
+  out += text(left - 4, top + 10, axis_number(y1), "text-anchor=\"end\"");
+  // Light grid lines at the quarters of each axis, with their values.
+  for (int q = 1; q <= 3; ++q) {
+    const double f = q / 4.0, gx = left + plot * f, gy = top + plot * (1 - f);
+    out += "<line x1=\"" + num(gx) + "\" y1=\"" + num(top) + "\" x2=\"" + num(gx) + "\" y2=\"" +
+           num(top + plot) + "\" stroke=\"#e4e4e4\"/>\n";
+    out += "<line x1=\"" + num(left) + "\" y1=\"" + num(gy) + "\" x2=\"" + num(left + plot) +
+           "\" y2=\"" + num(gy) + "\" stroke=\"#e4e4e4\"/>\n";
+    out += text(gx, top + plot + 14, x_label(x0 + f * (x1 - x0)), "text-anchor=\"middle\"");
+    out += text(left - 4, gy + 4, axis_number(y0 + f * (y1 - y0)), "text-anchor=\"end\"");
+  }
   auto px = [&](size_t i) { return left + plot * (xs[i] - x0) / (x1 - x0); };
   auto py = [&](size_t i) { return top + plot * (1 - (s.y[i] - y0) / (y1 - y0)); };
   if (s.lines)
