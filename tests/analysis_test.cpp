@@ -1440,6 +1440,11 @@ TEST(RoutingWeights, FiguresAreDistancesFromTheStartAndNorms) {
   EXPECT_EQ(j.at("router_row_norms").at("router.weight").size(), 2u);
   EXPECT_EQ(j.at("balance_bias").at("router.balance_bias").size(), 2u);  // one row per depth
   EXPECT_FALSE(j.contains("embed.weight"));
+  // The bias of the 80,000-step maze runs is at the limit a bias on probabilities has; the
+  // sudoku model's is not; an empty row (no bias) is not.
+  EXPECT_TRUE(bias_at_probability_limit({0.250, 0.250, 0.248, -0.748}));
+  EXPECT_FALSE(bias_at_probability_limit({0.036, -0.346, 0.145, 0.165}));
+  EXPECT_FALSE(bias_at_probability_limit({}));
 
   t["router.depth_vectors"] = torch::zeros({2, 2, 4});
   try {

@@ -257,6 +257,12 @@ void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
                std::string("balance_space=") + enum_name(config.balance_space) +
                    "; range = largest - smallest",
                trained.balance_bias, true, true);
+    if (config.balance_space == BalanceSpace::kProbs &&
+        std::any_of(trained.balance_bias.begin(), trained.balance_bias.end(),
+                    [](const WeightRow& r) { return bias_at_probability_limit(r.values); }))
+      std::cout << "  (a range of 1 is the most a bias on the probabilities can do: the expert "
+                   "lowest in it runs only where its probability leads by nearly 1; "
+                   "balance_space=logits has no such limit)\n";
     print_rows("FiLM", "rms over d_model per depth 1..D (0 at initialisation)", trained.film, false,
                false);
     print_rows("router depth vectors", "|e[l]| per depth 1..D", trained.depth_vectors, false,

@@ -1,5 +1,7 @@
 #include "analysis/weights.h"
 
+#include <algorithm>
+
 #include "util/error.h"
 
 namespace lol {
@@ -33,6 +35,12 @@ std::string row_name(const std::string& name, size_t r, size_t count) {
 }
 
 }  // namespace
+
+bool bias_at_probability_limit(const std::vector<double>& bias) {
+  if (bias.empty()) return false;
+  const auto [lo, hi] = std::minmax_element(bias.begin(), bias.end());
+  return *hi - *lo >= 0.99;
+}
 
 bool is_routing_weight(const std::string& name) {
   return ends_with(name, "balance_bias") || ends_with(name, "router.weight") ||

@@ -38,6 +38,11 @@ struct RoutingWeights {
   json to_json() const;
 };
 
+// Whether a balancing bias added to the probabilities (balance_space=probs) is at the most it
+// can do: a range (largest - smallest) of 0.99 or more, where the expert lowest in it wins
+// against the highest only where its probability leads by nearly all of 1 (docs/analysis.md).
+bool bias_at_probability_limit(const std::vector<double>& bias);
+
 // Whether `routing_weights` reads a tensor of this name: the filter for read_safetensors.
 bool is_routing_weight(const std::string& name);
 // Throws lol::Error naming a tensor whose shape does not fit its role.
