@@ -637,7 +637,8 @@ TEST(Routes, PerturbationFlipsFollowTheMargins) {
 // maximum of p.
 TEST(RouteStats, TheBiasDecidedTheWindowsWhoseChoiceIsNotTheArgmaxOfP) {
   RouteStatsBuilder builder(2, 3);
-  auto add = [&](const std::string& label, const std::vector<int64_t>& choices) {
+  auto add = [&](const std::string& label, const std::vector<int64_t>& choices,
+                 const std::vector<double>& gates) {
     SequenceRoutes s;
     s.label = label;
     s.length = 4;
@@ -647,14 +648,16 @@ TEST(RouteStats, TheBiasDecidedTheWindowsWhoseChoiceIsNotTheArgmaxOfP) {
       w.route.length = 4;
       w.route.probs = {0.2, 0.4, 0.4};  // a tie: the first maximum, expert 1, is the argmax
       w.route.expert = w.route.router_choice = choices[static_cast<size_t>(l - 1)];
+      w.route.gate = gates[static_cast<size_t>(l - 1)];
       s.windows.push_back(w);
     }
     builder.add(s);
   };
-  add("a", {1, 1});  // the router's own choices
-  add("a", {2, 1});  // depth 1 decided (also the tie's other side)
-  add("b", {0, 0});  // both decided
-  add("b", {1, 1});
+  // Gates below kSkipGate are skips: three, two of them in windows the bias decided.
+  add("a", {1, 1}, {0.4, 0.005});   // the router's own choices; depth 2 a skip all the same
+  add("a", {2, 1}, {0.4, 0.4});     // depth 1 decided (also the tie's other side)
+  add("b", {0, 0}, {0.0, 0.0099});  // both decided, both skips
+  add("b", {1, 1}, {0.4, 0.01});    // 0.01 is not below kSkipGate
   const auto s = builder.finish();
   EXPECT_DOUBLE_EQ(s.bias_decided, 3.0 / 8.0);
   ASSERT_EQ(s.bias_decided_by_depth.size(), 2u);
@@ -664,6 +667,14 @@ TEST(RouteStats, TheBiasDecidedTheWindowsWhoseChoiceIsNotTheArgmaxOfP) {
   EXPECT_DOUBLE_EQ(s.bias_decided_by_label.at("b"), 2.0 / 4.0);
   EXPECT_EQ(s.to_json()["bias_decided"]["by_depth"].size(), 2u);
   EXPECT_NE(s.to_text().find("balancing bias decided"), std::string::npos);
+  EXPECT_DOUBLE_EQ(s.skipped, 3.0 / 8.0);
+  ASSERT_EQ(s.skipped_by_depth.size(), 2u);
+  EXPECT_DOUBLE_EQ(s.skipped_by_depth[0], 1.0 / 4.0);
+  EXPECT_DOUBLE_EQ(s.skipped_by_depth[1], 2.0 / 4.0);
+  EXPECT_DOUBLE_EQ(s.skipped_of_bias_decided, 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(s.to_json()["skipped"]["share_of_bias_decided"].get<double>(), 2.0 / 3.0);
+  EXPECT_NE(s.to_text().find("windows skipped (gate below 0.010): 0.375"), std::string::npos)
+      << s.to_text();
 }
 
 // Routes extracted from a model whose bias moves decisions at one depth only (a per-depth bias,
@@ -1104,6 +1115,8 @@ TEST(StrategyControl, ModePathsFollowTheChosenRule) {
     ASSERT_EQ(mode.bias_decided_by_depth.size(), expected_stats.bias_decided_by_depth.size());
     for (size_t l = 0; l < mode.bias_decided_by_depth.size(); ++l)
       EXPECT_DOUBLE_EQ(mode.bias_decided_by_depth[l], expected_stats.bias_decided_by_depth[l]);
+    EXPECT_DOUBLE_EQ(mode.skipped, expected_stats.skipped);
+    EXPECT_DOUBLE_EQ(mode.skipped_of_bias_decided, expected_stats.skipped_of_bias_decided);
     EXPECT_GT(mode.bias_decided, 0.0);
     EXPECT_EQ(mode.distinct_by_routes, 1);  // expert 0 everywhere
   }
@@ -1378,6 +1391,14 @@ TEST(Report, OneSelfContainedPageWithEveryLabelAndCondition) {
   // flips, windows the bias decided, probes, confusion.
   EXPECT_EQ(count_of(page, "<svg"), 3u + 1u + 2u + 1u + 1u + 1u + 1u + 1u + 1u + 1u);
   EXPECT_NE(page.find("Windows the balancing bias decided"), std::string::npos);
+  EXPECT_NE(page.find("Windows run with a gate below 0.01 (skips: the block adds almost "
+                      "nothing): " +
+                      [&] {
+                        std::ostringstream f;
+                        f << std::fixed << std::setprecision(3) << in.stats.skipped;
+                        return f.str();
+                      }()),
+            std::string::npos);
   EXPECT_NE(page.find("Path similarity between labels"), std::string::npos);
   EXPECT_NE(page.find("expert-frequency log-likelihood ratio"), std::string::npos);
   EXPECT_NE(page.find("label &lt;dfs&gt;"), std::string::npos);

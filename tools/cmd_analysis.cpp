@@ -436,8 +436,13 @@ void add_path_curve_command(CLI::App* path, std::vector<std::pair<CLI::App*, Run
     by_depth << std::fixed << std::setprecision(3);
     for (size_t l = 0; l < last.bias_decided_by_depth.size(); ++l)
       by_depth << (l ? " / " : "") << last.bias_decided_by_depth[l];
+    std::ostringstream skips;
+    skips << std::fixed << std::setprecision(3) << last.skipped << ", "
+          << last.skipped_of_bias_decided << " of those the bias decided";
     std::cout << "\nlast checkpoint, windows the bias decided at depth 1.."
               << last.bias_decided_by_depth.size() << ": " << by_depth.str() << "\n"
+              << "last checkpoint, windows skipped (gate below " << kSkipGate
+              << "): " << skips.str() << "\n"
               << "\nlast checkpoint, descriptor:\n"
               << last.descriptor.summary.to_text(o->control.kind)
               << "\nlast checkpoint, forced mode paths:\n"

@@ -28,6 +28,7 @@ RouteStatsBuilder::RouteStatsBuilder(int64_t core_depth, int64_t library_size)
   measured_by_margin_ = flips_by_margin_;
   decided_by_depth_.assign(static_cast<size_t>(core_depth), 0);
   windows_by_depth_ = decided_by_depth_;
+  skipped_by_depth_ = decided_by_depth_;
 }
 
 void RouteStatsBuilder::add(const SequenceRoutes& s) {
@@ -49,6 +50,9 @@ void RouteStatsBuilder::add(const SequenceRoutes& s) {
     const auto depth = static_cast<size_t>(w.route.depth - 1);
     decided_by_depth_[depth] += decided;
     ++windows_by_depth_[depth];
+    const bool skip = w.route.gate < kSkipGate;
+    skipped_by_depth_[depth] += skip;
+    skipped_decided_ += skip && decided;
     decided_here.first += decided;
     ++decided_here.second;
     auto& cell = cells[{w.route.depth, w.route.window}];
@@ -173,6 +177,13 @@ RouteStats RouteStatsBuilder::finish() const {
     r.bias_decided_by_depth.push_back(rate(decided_by_depth_[l], windows_by_depth_[l]));
   }
   r.bias_decided = rate(decided, windows);
+  int64_t skipped = 0;
+  for (size_t l = 0; l < skipped_by_depth_.size(); ++l) {
+    skipped += skipped_by_depth_[l];
+    r.skipped_by_depth.push_back(rate(skipped_by_depth_[l], windows_by_depth_[l]));
+  }
+  r.skipped = rate(skipped, windows);
+  r.skipped_of_bias_decided = rate(skipped_decided_, decided);
   for (const auto& [label, counts] : decided_by_label_)
     r.bias_decided_by_label[label] = rate(counts.first, counts.second);
   std::vector<const std::vector<std::vector<double>>*> usage;
@@ -246,7 +257,12 @@ json RouteStats::to_json() const {
             {"bias_decided",
              {{"share", bias_decided},
               {"by_depth", bias_decided_by_depth},
-              {"by_label", bias_decided_by_label}}}};
+              {"by_label", bias_decided_by_label}}},
+            {"skipped",
+             {{"gate_below", kSkipGate},
+              {"share", skipped},
+              {"by_depth", skipped_by_depth},
+              {"share_of_bias_decided", skipped_of_bias_decided}}}};
   if (flips_measured > 0)
     j["flips"] = {{"measured", flips_measured},
                   {"rate", flip_rate},
@@ -299,6 +315,9 @@ std::string RouteStats::to_text() const {
   out << "\n  by label:";
   for (const auto& [label, share] : bias_decided_by_label) out << " " << label << ":" << share;
   out << "\n";
+  out << "windows skipped (gate below " << kSkipGate << "): " << skipped << "\n  by depth:";
+  for (double x : skipped_by_depth) out << " " << x;
+  out << "\n  of the windows the bias decided: " << skipped_of_bias_decided << "\n";
   if (flips_measured > 0) {
     out << "route flips under a perturbation of the router input: " << flip_rate << " of "
         << flips_measured << " windows\n  by depth:";

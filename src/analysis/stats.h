@@ -11,6 +11,10 @@
 
 namespace lol {
 
+// A window whose gate is below this runs its block at under 1% of the block's update
+// (s = H + alpha (E - H), SPEC 1.4): it passes its states on almost as they came, a skip.
+constexpr double kSkipGate = 0.01;
+
 // E[U] for D independent uniform choices among L experts: L (1 - (1 - 1/L)^D).
 double expected_distinct_experts(int64_t library_size, int64_t depth);
 
@@ -43,6 +47,12 @@ struct RouteStats {
   double bias_decided = 0;
   std::vector<double> bias_decided_by_depth;
   std::map<std::string, double> bias_decided_by_label;
+  // Windows run with a gate below kSkipGate (skips): the share of all windows, per depth, and
+  // the share of the windows the bias decided that were skips (a router that puts all its
+  // probability on an expert the bias holds out gets a gate of nearly 0 on the expert that runs).
+  double skipped = 0;
+  std::vector<double> skipped_by_depth;
+  double skipped_of_bias_decided = 0;
   // Do labels share paths? The cosine similarity of two labels' utilisation (their [depth][expert]
   // shares as one vector), for every pair of labels ("*" left out). Symmetric, 1 on the diagonal.
   std::vector<std::string> similarity_labels;
@@ -86,6 +96,9 @@ class RouteStatsBuilder {
   std::vector<int64_t> flips_by_depth_, measured_by_depth_, flips_by_margin_, measured_by_margin_;
   // windows the bias decided and windows, per depth and per label
   std::vector<int64_t> decided_by_depth_, windows_by_depth_;
+  // skips per depth, and skips among the windows the bias decided
+  std::vector<int64_t> skipped_by_depth_;
+  int64_t skipped_decided_ = 0;
   std::map<std::string, std::pair<int64_t, int64_t>> decided_by_label_;
 };
 

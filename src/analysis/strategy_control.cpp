@@ -37,6 +37,8 @@ TaskModePaths task_mode_paths(LanguageModel& model, const StrategyControlOptions
   const auto route_stats = stats.finish();
   out.bias_decided = route_stats.bias_decided;
   out.bias_decided_by_depth = route_stats.bias_decided_by_depth;
+  out.skipped = route_stats.skipped;
+  out.skipped_of_bias_decided = route_stats.skipped_of_bias_decided;
   for (const auto& m : o.rule == ModeRule::kRouted ? routes : probabilities) {
     LabelledPath p;
     p.label = m.label;
@@ -93,6 +95,8 @@ StrategyControl measure_strategy_control(LanguageModel& model, torch::Device dev
       o.rule == ModeRule::kRouted ? mode.distinct_by_routes : mode.distinct_by_probabilities;
   out.bias_decided = mode.bias_decided;
   out.bias_decided_by_depth = mode.bias_decided_by_depth;
+  out.skipped = mode.skipped;
+  out.skipped_of_bias_decided = mode.skipped_of_bias_decided;
   PathEvalOptions eval;
   eval.kind = o.kind;
   eval.maze_size = o.maze_size;
@@ -119,6 +123,7 @@ json StrategyControl::to_json(tasks::Kind kind) const {
                {{"probabilities", distinct_by_probabilities}, {"routed", distinct_by_routes}}},
               {"bias_decided", bias_decided},
               {"bias_decided_by_depth", bias_decided_by_depth},
+              {"skipped", {{"share", skipped}, {"share_of_bias_decided", skipped_of_bias_decided}}},
               {"descriptor", descriptor.to_json(kind)},
               {"full", full.to_json(kind)},
               {"paths", [&] {
@@ -195,7 +200,7 @@ svg::Scatter routing_scatter(const std::vector<StrategyControl>& curve) {
   s.y_title = "share";
   s.lines = true;
   s.groups = {"distinct paths / strategies: SPEC rule", "distinct paths / strategies: routed rule",
-              "bias decided: all depths"};
+              "skipped (gate below 0.01)", "bias decided: all depths"};
   size_t depths = 0;
   for (const auto& c : curve) depths = std::max(depths, c.bias_decided_by_depth.size());
   for (size_t l = 1; l <= depths; ++l)
@@ -209,9 +214,10 @@ svg::Scatter routing_scatter(const std::vector<StrategyControl>& curve) {
     const double labels = static_cast<double>(std::max<int64_t>(c.labels, 1));
     add(c, 0, static_cast<double>(c.distinct_by_probabilities) / labels);
     add(c, 1, static_cast<double>(c.distinct_by_routes) / labels);
-    add(c, 2, c.bias_decided);
+    add(c, 2, c.skipped);
+    add(c, 3, c.bias_decided);
     for (size_t l = 0; l < c.bias_decided_by_depth.size(); ++l)
-      add(c, 3 + l, c.bias_decided_by_depth[l]);
+      add(c, 4 + l, c.bias_decided_by_depth[l]);
   }
   return s;
 }
@@ -311,7 +317,8 @@ std::string strategy_curve_html(const std::vector<StrategyControl>& curve, tasks
       "is not the router's top choice, so the balancing bias chose it (over all depths and per "
       "depth), and the strategies whose mode paths differ, out of all of them, by SPEC 3.6's "
       "rule (the router's mean probability) and by the routed rule (the expert the windows "
-      "ran). Routed above SPEC: the bias, not the router, tells some strategies apart.");
+      "ran), and the windows run with a gate below 0.01 (skips). Routed above SPEC: the bias, "
+      "not the router, tells some strategies apart.");
   body += svg::html_table(curve_header(), curve_rows(curve));
   if (!curve.empty()) {
     const auto& last = curve.back();

@@ -36,16 +36,20 @@ struct TaskModePaths {
   // (as `lol path stats` counts), overall and per depth 1..D.
   double bias_decided = 0;
   std::vector<double> bias_decided_by_depth;
+  // Share of the routes' windows run with a gate below kSkipGate (skips), and of the windows
+  // the bias decided (RouteStats).
+  double skipped = 0, skipped_of_bias_decided = 0;
 };
 
 struct StrategyControl {
   int64_t step = 0, tokens = 0;  // where the checkpoint stood (0 for a bare model)
   int64_t labels = 0;            // strategies with a mode path
   int64_t distinct_paths = 0;    // of those, how many force different experts somewhere
-  // The same count by each rule, and the bias's share of the windows (TaskModePaths).
+  // The same count by each rule, the bias's share of the windows and the skips (TaskModePaths).
   int64_t distinct_by_probabilities = 0, distinct_by_routes = 0;
   double bias_decided = 0;
   std::vector<double> bias_decided_by_depth;
+  double skipped = 0, skipped_of_bias_decided = 0;
   ConditionResult descriptor, full;
   std::vector<LabelledPath> paths;  // the mode paths, in label order
   json to_json(tasks::Kind kind) const;
