@@ -1342,6 +1342,16 @@ TEST(Svg, CurvesJoinEachGroupAndALogAxisLeavesOutWhatItCannotDraw) {
   EXPECT_NE(linear.find(">178M<"), std::string::npos);
   EXPECT_NE(linear.find(">-0.05<"), std::string::npos);
   EXPECT_NE(linear.find(">1.05<"), std::string::npos);
+  // The unit follows the rounding: an axis end just under a million reads 1M (not 1e+03k), just
+  // under a billion 1e+09 (not 1e+03M). The ends are the data's 952,000 plus 5% of the range.
+  s.y = {0, 1, 0, 1, 0, 1};
+  s.lines = false;
+  s.x = {0, 952000, 0, 952000, 0, 952000};  // 999,600
+  EXPECT_NE(svg::scatter(s).find(">1M<"), std::string::npos);
+  s.x = {0, 952e6, 0, 952e6, 0, 952e6};  // 999.6M
+  EXPECT_NE(svg::scatter(s).find(">1e+09<"), std::string::npos);
+  s.x = {0, 940000, 0, 940000, 0, 940000};  // 987,000
+  EXPECT_NE(svg::scatter(s).find(">987k<"), std::string::npos);
   // The dense curve has two drawable points: one segment, from x 1e9 to 1e11 (the plot's ends).
   const auto dense = curves.find("stroke=\"#ff7f0e\"");
   ASSERT_NE(dense, std::string::npos);

@@ -191,8 +191,9 @@ svg::Heatmap confusion_map(const tasks::ScoreSummary& s, tasks::Kind kind,
   return h;
 }
 
-// The routing figures of each checkpoint against tokens: the bias's share of the windows,
-// overall and per depth, and the distinct mode paths by each rule as a share of the strategies.
+// The routing figures of each checkpoint against tokens: the distinct mode paths by each rule
+// as a share of the strategies, the skipped windows, and the bias's share of the windows,
+// overall and per depth.
 svg::Scatter routing_scatter(const std::vector<StrategyControl>& curve) {
   svg::Scatter s;
   s.title = "Routes along training";

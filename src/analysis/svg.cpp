@@ -25,12 +25,13 @@ std::string axis_number(double x) {
   if (!std::isfinite(x)) return "0";
   const double a = std::abs(x);
   if (a < 1e4) return num(x, 2);
+  // The unit after rounding to three digits: 999,999 reads 1M, not 1e+03k.
   char buffer[32];
-  if (a >= 1e9)
+  if (a >= 999.5e6)
     std::snprintf(buffer, sizeof(buffer), "%.3g", x);
   else
-    std::snprintf(buffer, sizeof(buffer), "%.3g%s", a >= 1e6 ? x / 1e6 : x / 1e3,
-                  a >= 1e6 ? "M" : "k");
+    std::snprintf(buffer, sizeof(buffer), "%.3g%s", a >= 999.5e3 ? x / 1e6 : x / 1e3,
+                  a >= 999.5e3 ? "M" : "k");
   return buffer;
 }
 
