@@ -673,7 +673,7 @@ TEST(RouteStats, TheBiasDecidedTheWindowsWhoseChoiceIsNotTheArgmaxOfP) {
   EXPECT_DOUBLE_EQ(s.skipped_by_depth[1], 2.0 / 4.0);
   EXPECT_DOUBLE_EQ(s.skipped_of_bias_decided, 2.0 / 3.0);
   EXPECT_DOUBLE_EQ(s.to_json()["skipped"]["share_of_bias_decided"].get<double>(), 2.0 / 3.0);
-  EXPECT_NE(s.to_text().find("windows skipped (gate below 0.010): 0.375"), std::string::npos)
+  EXPECT_NE(s.to_text().find("windows skipped (gate below 0.01): 0.375"), std::string::npos)
       << s.to_text();
 }
 

@@ -247,9 +247,7 @@ void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
                   << std::setprecision(3) << (signed_figures ? std::showpos : std::noshowpos);
         for (double v : row) std::cout << " " << v;
         std::cout << std::noshowpos;
-        const auto [lo, hi] = std::minmax_element(row.begin(), row.end());
-        if (range)
-          std::cout << "  range " << std::setprecision(2) << (row.empty() ? 0.0 : *hi - *lo);
+        if (range) std::cout << "  range " << std::setprecision(2) << value_range(row);
         std::cout << "\n";
       }
     };

@@ -185,8 +185,8 @@ std::string bias_section(const RouteStats& s) {
                                ". There the bias, not the router's preference, picked the "
                                "expert, and a mode path by the mean p (SPEC 3.6) can name an "
                                "expert those windows did not run (the routed rule follows "
-                               "them). Windows run with a gate below 0.01 (skips: the block adds "
-                               "almost nothing): " +
+                               "them). Windows run with a gate below " +
+                               skip_gate_text() + " (skips: the block adds almost nothing): " +
                                fixed(s.skipped, 3) + " of all, " +
                                fixed(s.skipped_of_bias_decided, 3) + " of those the bias decided.");
 }

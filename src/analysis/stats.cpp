@@ -10,6 +10,12 @@
 
 namespace lol {
 
+std::string skip_gate_text() {
+  std::ostringstream out;
+  out << kSkipGate;
+  return out.str();
+}
+
 double expected_distinct_experts(int64_t library_size, int64_t depth) {
   const double L = static_cast<double>(library_size);
   return L * (1.0 - std::pow(1.0 - 1.0 / L, static_cast<double>(depth)));
@@ -315,7 +321,7 @@ std::string RouteStats::to_text() const {
   out << "\n  by label:";
   for (const auto& [label, share] : bias_decided_by_label) out << " " << label << ":" << share;
   out << "\n";
-  out << "windows skipped (gate below " << kSkipGate << "): " << skipped << "\n  by depth:";
+  out << "windows skipped (gate below " << skip_gate_text() << "): " << skipped << "\n  by depth:";
   for (double x : skipped_by_depth) out << " " << x;
   out << "\n  of the windows the bias decided: " << skipped_of_bias_decided << "\n";
   if (flips_measured > 0) {

@@ -14,6 +14,8 @@ namespace lol {
 // A window whose gate is below this runs its block at under 1% of the block's update
 // (s = H + alpha (E - H), SPEC 1.4): it passes its states on almost as they came, a skip.
 constexpr double kSkipGate = 0.01;
+// kSkipGate as the figures and text name it ("0.01").
+std::string skip_gate_text();
 
 // E[U] for D independent uniform choices among L experts: L (1 - (1 - 1/L)^D).
 double expected_distinct_experts(int64_t library_size, int64_t depth);

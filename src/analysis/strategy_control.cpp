@@ -201,7 +201,7 @@ svg::Scatter routing_scatter(const std::vector<StrategyControl>& curve) {
   s.y_title = "share";
   s.lines = true;
   s.groups = {"distinct paths / strategies: SPEC rule", "distinct paths / strategies: routed rule",
-              "skipped (gate below 0.01)", "bias decided: all depths"};
+              "skipped (gate below " + skip_gate_text() + ")", "bias decided: all depths"};
   size_t depths = 0;
   for (const auto& c : curve) depths = std::max(depths, c.bias_decided_by_depth.size());
   for (size_t l = 1; l <= depths; ++l)
@@ -318,8 +318,9 @@ std::string strategy_curve_html(const std::vector<StrategyControl>& curve, tasks
       "is not the router's top choice, so the balancing bias chose it (over all depths and per "
       "depth), and the strategies whose mode paths differ, out of all of them, by SPEC 3.6's "
       "rule (the router's mean probability) and by the routed rule (the expert the windows "
-      "ran), and the windows run with a gate below 0.01 (skips). Routed above SPEC: the bias, "
-      "not the router, tells some strategies apart.");
+      "ran), and the windows run with a gate below " +
+          skip_gate_text() +
+          " (skips). Routed above SPEC: the bias, not the router, tells some strategies apart.");
   body += svg::html_table(curve_header(), curve_rows(curve));
   if (!curve.empty()) {
     const auto& last = curve.back();

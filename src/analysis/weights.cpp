@@ -36,10 +36,14 @@ std::string row_name(const std::string& name, size_t r, size_t count) {
 
 }  // namespace
 
+double value_range(const std::vector<double>& values) {
+  if (values.empty()) return 0.0;
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  return *hi - *lo;
+}
+
 bool bias_at_probability_limit(const std::vector<double>& bias) {
-  if (bias.empty()) return false;
-  const auto [lo, hi] = std::minmax_element(bias.begin(), bias.end());
-  return *hi - *lo >= 0.99;
+  return !bias.empty() && value_range(bias) >= 0.99;
 }
 
 bool is_routing_weight(const std::string& name) {

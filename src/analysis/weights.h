@@ -42,6 +42,8 @@ struct RoutingWeights {
 // can do: a range (largest - smallest) of 0.99 or more, where the expert lowest in it wins
 // against the highest only where its probability leads by nearly all of 1 (docs/analysis.md).
 bool bias_at_probability_limit(const std::vector<double>& bias);
+// Largest minus smallest (0 for none).
+double value_range(const std::vector<double>& values);
 
 // Whether `routing_weights` reads a tensor of this name: the filter for read_safetensors.
 bool is_routing_weight(const std::string& name);
