@@ -617,6 +617,46 @@ TEST(Balancing, PerDepthLoadsAreEachDepthsOwnCounts) {
   EXPECT_EQ(one.agreements, loads.agreements);
 }
 
+// balance_count=gates: an expert's load is the sum of the gates of the windows it ran (ordinal >=
+// 1, or every window with balance_window0), so a window run at a gate near 0 adds almost nothing;
+// windows counts 1 per window on the same routes.
+TEST(Balancing, GateLoadsAreTheGatesOfTheWindowsEachExpertRan) {
+  auto c = train_model_config(Family::kLol);
+  c.core_depth = 4;
+  c.library_size = 4;
+  auto model = testing::make_model(c, 6);
+  const auto layout = strategy_layout(c);
+  roll_biases(model);
+  torch::NoGradGuard no_grad;
+  const auto routes = model->forward(layout).routes;
+  for (bool window0 : {false, true}) {
+    std::vector<double> gates(4, 0.0), windows(4, 0.0);
+    for (const auto& r : routes) {
+      const auto alpha = r.gates.to(torch::kCPU, torch::kFloat64).contiguous();
+      for (size_t w = 0; w < r.partition->windows.size(); ++w) {
+        if (r.partition->windows[w].ordinal == 0 && !window0) continue;
+        gates[r.host().experts[w]] += alpha.data_ptr<double>()[w];
+        windows[r.host().experts[w]] += 1;
+      }
+    }
+    auto counted = c;
+    counted.balance_window0 = window0;
+    for (auto [count, expected] :
+         {std::pair{BalanceCount::kGates, gates}, std::pair{BalanceCount::kWindows, windows}}) {
+      counted.balance_count = count;
+      BalanceLoads loads;
+      testing::make_model(counted, 6)->core().count_loads(routes, loads);
+      ASSERT_EQ(loads.loads.size(), 1u);
+      for (int m = 0; m < 4; ++m)
+        EXPECT_NEAR(loads.loads[0][m], expected[m], 1e-9)
+            << enum_name(count) << " window0 " << window0 << " expert " << m;
+    }
+    // The two counts differ on these routes (gates below 1), so the check above tells them apart.
+    EXPECT_LT(gates[0] + gates[1] + gates[2] + gates[3],
+              windows[0] + windows[1] + windows[2] + windows[3]);
+  }
+}
+
 // A moe core reads every block's loads in one transfer: each block's row is that block's own
 // count of tokens per expert, and blocks past the executed depth count nothing.
 TEST(Balancing, MoeLoadsAreEachBlocksOwnCountsUpToTheExecutedDepth) {

@@ -28,7 +28,9 @@ const std::vector<std::pair<CoreAttention, const char*>>& enum_names<CoreAttenti
 template <>
 const std::vector<std::pair<BalanceCount, const char*>>& enum_names<BalanceCount>() {
   static const std::vector<std::pair<BalanceCount, const char*>> names = {
-      {BalanceCount::kWindows, "windows"}, {BalanceCount::kTokens, "tokens"}};
+      {BalanceCount::kWindows, "windows"},
+      {BalanceCount::kTokens, "tokens"},
+      {BalanceCount::kGates, "gates"}};
   return names;
 }
 

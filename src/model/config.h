@@ -13,7 +13,7 @@ enum class Family { kLol, kDense, kLooped, kMoe };
 // The attention mask of a dense, looped or MoE core.
 enum class CoreAttention { kFull, kSliding, kStrided };
 // What a load counts for loss-free balancing (SPEC 1.7).
-enum class BalanceCount { kWindows, kTokens };
+enum class BalanceCount { kWindows, kTokens, kGates };
 // Where the balancing bias is added before top-k selection (SPEC 1.4 adds it to p; docs/config.md).
 enum class BalanceSpace { kProbs, kLogits };
 
@@ -42,7 +42,7 @@ struct ModelConfig {
   bool router_tied = true;        // one router matrix for all depths (false: one per depth)
   double router_noise_std = 0.0;  // std of Gaussian noise on router logits, training only
   double balance_rate = 1e-3;     // u: loss-free balancing bias step (SPEC 1.7)
-  BalanceCount balance_count = BalanceCount::kWindows;  // windows | tokens
+  BalanceCount balance_count = BalanceCount::kWindows;  // windows | tokens | gates
   bool balance_window0 = false;  // count window 0 (content-independent route) in the load
   BalanceSpace balance_space = BalanceSpace::kProbs;  // probs: p + b | logits: log p + b
   bool balance_per_depth = false;  // lol: one bias and one load per routed depth (bias (D, L))

@@ -178,10 +178,21 @@ void LolCore::count_loads(const std::vector<RouteDecisions>& routes, BalanceLoad
   std::vector<torch::Tensor> slots, weights, agreed;
   for (const auto& r : routes) {
     const auto& part = *r.partition;
-    auto weight = config_.balance_count == BalanceCount::kTokens
-                      ? part.lengths_t.to(torch::kFloat64)
-                      : torch::ones({r.experts.size(0)},
-                                    torch::dtype(torch::kFloat64).device(r.experts.device()));
+    // windows: 1 per decision; tokens: its non-padding tokens; gates: its gate alpha, the share
+    // of the block's update the window took (a window run at a gate near 0 carries no load).
+    torch::Tensor weight;
+    switch (config_.balance_count) {
+      case BalanceCount::kTokens:
+        weight = part.lengths_t.to(torch::kFloat64);
+        break;
+      case BalanceCount::kGates:
+        weight = r.gates.detach().to(torch::kFloat64);
+        break;
+      case BalanceCount::kWindows:
+        weight = torch::ones({r.experts.size(0)},
+                             torch::dtype(torch::kFloat64).device(r.experts.device()));
+        break;
+    }
     if (!config_.balance_window0) weight = weight * (part.ordinals_t != 0);
     const int64_t row = rows > 1 ? (r.depth - 1) % config_.core_depth : 0;
     slots.push_back(r.experts + row * L);
