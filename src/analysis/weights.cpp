@@ -43,7 +43,7 @@ double value_range(const std::vector<double>& values) {
 }
 
 bool bias_at_probability_limit(const std::vector<double>& bias) {
-  return !bias.empty() && value_range(bias) >= 0.99;
+  return value_range(bias) >= 0.99;  // 0 for an empty bias
 }
 
 bool is_routing_weight(const std::string& name) {
