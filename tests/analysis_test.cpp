@@ -162,7 +162,7 @@ TEST(RouteStats, DistinctExpertsFollowTheUniformNullAndPlantedPaths) {
   // Independent uniform routes: the measured U approaches E[U].
   std::mt19937 rng(3);
   for (auto [L, D] : std::vector<std::pair<int64_t, int64_t>>{{8, 16}, {24, 16}}) {
-    RouteStatsBuilder builder(D, L);
+    RouteStatsBuilder builder(D, L, false);
     std::uniform_int_distribution<int64_t> pick(0, L - 1);
     for (int i = 0; i < 1000; ++i)
       builder.add(routes_with_experts(40, 4, D, L, [&](int64_t, int64_t) { return pick(rng); }));
@@ -182,7 +182,7 @@ TEST(RouteStats, DistinctExpertsFollowTheUniformNullAndPlantedPaths) {
     }
   }
   // A planted path that alternates two experts over depth: U = 2 everywhere, full agreement.
-  RouteStatsBuilder builder(6, 4);
+  RouteStatsBuilder builder(6, 4, false);
   for (int i = 0; i < 10; ++i)
     builder.add(routes_with_experts(12, 4, 6, 4, [](int64_t l, int64_t) { return l % 2; }));
   const auto stats = builder.finish();
@@ -195,7 +195,7 @@ TEST(RouteStats, DistinctExpertsFollowTheUniformNullAndPlantedPaths) {
 
 // Path similarity of labels: cosine of their [depth][expert] shares, worked by hand.
 TEST(RouteStats, LabelsThatShareExpertsAreSimilarAndGroupsAverageTheirPairs) {
-  RouteStatsBuilder builder(2, 4);
+  RouteStatsBuilder builder(2, 4, false);
   auto add = [&](const std::string& label, int64_t e1, int64_t e2) {
     auto r = routes_with_experts(8, 4, 2, 4, [&](int64_t l, int64_t) { return l == 1 ? e1 : e2; });
     r.label = label;
@@ -609,7 +609,7 @@ TEST(Routes, PerturbationFlipsFollowTheMargins) {
         EXPECT_FALSE(*w.flipped) << "margin " << w.route.margin;
       }
     }
-  RouteStatsBuilder stats(c.core_depth, c.library_size);
+  RouteStatsBuilder stats(c.core_depth, c.route_choices(), c.router_skip);
   for (const auto& s : run(10.0)) {
     stats.add(s);
     for (const auto& w : s.windows) {
@@ -636,7 +636,7 @@ TEST(Routes, PerturbationFlipsFollowTheMargins) {
 // The windows the balancing bias decided, counted by hand: the router's choice is not the first
 // maximum of p.
 TEST(RouteStats, TheBiasDecidedTheWindowsWhoseChoiceIsNotTheArgmaxOfP) {
-  RouteStatsBuilder builder(2, 3);
+  RouteStatsBuilder builder(2, 3, false);
   auto add = [&](const std::string& label, const std::vector<int64_t>& choices,
                  const std::vector<double>& gates) {
     SequenceRoutes s;
@@ -689,7 +689,7 @@ TEST(Routes, TheBiasDecidesTheWindowsItMovesAtItsOwnDepth) {
   // The route statistics, the windows at depth 2 whose most probable expert is not expert 0,
   // and the windows at depth 2 (each of which, with `moved`, must have chosen expert 0).
   auto stats_of = [&](bool moved) {
-    RouteStatsBuilder stats(c.core_depth, c.library_size);
+    RouteStatsBuilder stats(c.core_depth, c.route_choices(), c.router_skip);
     int64_t other = 0, windows = 0;
     auto source = task_sequences("maze", 4, 3, 2);
     extract_routes(model, *source, ExtractOptions{}, [&](SequenceRoutes&& s) {
@@ -985,18 +985,18 @@ TEST(PathEval, UnbiasedIsTheDescriptorWithTheBiasAtZero) {
 
 TEST(PathEval, PathDirectoriesAreCheckedAgainstTaskAndModel) {
   const std::string dir = testing::temp_dir("path_eval_dirs");
-  EXPECT_THROW(load_task_paths(dir + "/missing", tasks::Kind::kMaze, 4, 4), Error);
+  EXPECT_THROW(load_task_paths(dir + "/missing", tasks::Kind::kMaze, 4, 4, false), Error);
   write_file_atomic(dir + "/a.json",
                     R"({"label":"bfs","entries":[{"depth":1,"window":0,"expert":3}]})");
   write_file_atomic(dir + "/b.json",
                     R"({"label":"dfs","entries":[{"depth":2,"window":1,"gate":0.5}]})");
-  const auto paths = load_task_paths(dir, tasks::Kind::kMaze, 4, 4);
+  const auto paths = load_task_paths(dir, tasks::Kind::kMaze, 4, 4, false);
   ASSERT_EQ(paths.size(), 2u);
   EXPECT_EQ(paths[0].strategy, 1);
   EXPECT_EQ(paths[1].strategy, 2);
   auto message = [&](tasks::Kind kind, int64_t depth, int64_t library) {
     try {
-      load_task_paths(dir, kind, depth, library);
+      load_task_paths(dir, kind, depth, library, false);
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -1093,7 +1093,8 @@ TEST(StrategyControl, ModePathsFollowTheChosenRule) {
     got[rule] = mode.paths;
     auto source = task_sequences("maze", 4, 2, 3);
     ModePathBuilder builder(rule);
-    RouteStatsBuilder stats(model->config().core_depth, model->config().library_size);
+    RouteStatsBuilder stats(model->config().core_depth, model->config().route_choices(),
+                            model->config().router_skip);
     extract_routes(model, *source, ExtractOptions{}, [&](SequenceRoutes&& s) {
       builder.add(s);
       stats.add(s);
@@ -1363,7 +1364,7 @@ TEST(Svg, CurvesJoinEachGroupAndALogAxisLeavesOutWhatItCannotDraw) {
 TEST(Report, OneSelfContainedPageWithEveryLabelAndCondition) {
   std::mt19937 rng(5);
   const auto routes = planted_routes(rng, {{"bfs", {0, 3}}, {"<dfs>", {2, 1}}}, 3, 4, 20);
-  RouteStatsBuilder stats(3, 4);
+  RouteStatsBuilder stats(3, 4, false);
   ProbeData probes(3, 4);
   PathPcaBuilder pca(3, 4);
   for (auto r : routes) {

@@ -152,17 +152,26 @@ INSTANTIATE_TEST_SUITE_P(AllFamilies, GoldenDecode, ::testing::ValuesIn(testing:
                          testing::family_test_name);
 
 TEST(GoldenDecoding, ForcedPathsMatchTheFullForward) {
-  auto c = testing::tiny_config();
-  auto model = make_model(c, 8);
-  std::mt19937 rng(3);
-  std::vector<Seq> seqs = {{random_tokens(rng, 13, c.vocab_size), 3, {1}},
-                           {random_tokens(rng, 9, c.vocab_size), 0, {}}};
-  ForcedPath path;
-  path.depths[1][0] = {2, std::nullopt};
-  path.depths[2][1] = {std::nullopt, 0.8};
-  path.depths[3][1] = {0, 0.5};  // and every later window of depth 3
-  expect_equal_to_forward(model, seqs, 1, &path);
-  expect_equal_to_forward(model, seqs, 6, &path);
+  for (bool skip : {false, true}) {
+    auto c = testing::tiny_config();
+    c.router_skip = skip;
+    SCOPED_TRACE(c.to_json().dump());
+    auto model = make_model(c, 8);
+    std::mt19937 rng(3);
+    std::vector<Seq> seqs = {{random_tokens(rng, 13, c.vocab_size), 3, {1}},
+                             {random_tokens(rng, 9, c.vocab_size), 0, {}}};
+    ForcedPath path;
+    path.depths[1][0] = {2, std::nullopt};
+    path.depths[2][1] = {std::nullopt, 0.8};
+    path.depths[3][1] = {0, 0.5};  // and every later window of depth 3
+    // The skip (router_skip): window 0 of depth 2 and windows 2, 3, ... of depth 1.
+    if (skip) {
+      path.depths[2][0] = {c.library_size, std::nullopt};
+      path.depths[1][2] = {c.library_size, 0.5};
+    }
+    expect_equal_to_forward(model, seqs, 1, &path);
+    expect_equal_to_forward(model, seqs, 6, &path);
+  }
 }
 
 TEST(Decode, ForcingTheRoutersOwnChoicesGeneratesTheSame) {

@@ -144,6 +144,7 @@ inline ModelConfig random_config(std::mt19937& rng, Family family) {
     c.loop_blocks = pick({1, 2});
     c.core_depth = c.loop_blocks * pick({1, 2});
   }
+  if (family == Family::kLol) c.router_skip = pick({0, 1}) == 1;
   return c;
 }
 

@@ -259,6 +259,93 @@ TEST(Routing, GradientReachesTheRouterOnlyThroughTheGate) {
   }
 }
 
+// router_skip: choice L leaves its window's states as they came. Forced at every window, the core
+// gives back its input bit for bit and no library, FiLM or router parameter gets a gradient;
+// forced at some windows (with and without a forced gate), the engine matches the reference,
+// which runs no block there.
+TEST(Routing, TheSkipLeavesItsWindowAsItCame) {
+  auto c = tiny_config();
+  c.core_depth = 3;
+  c.library_size = 3;
+  c.router_skip = true;
+  auto model = make_model(c, 12);
+  std::mt19937 rng(13);
+  auto tokens = random_tokens(rng, 14, c.vocab_size);
+  Layout layout(Batch::single(tokens, 2), c.vocab_size, testing::device());
+  ForcedPath skips;
+  for (int64_t l = 1; l <= c.core_depth; ++l) skips.depths[l][0] = {c.library_size, std::nullopt};
+  ForwardOptions options;
+  options.force = &skips;
+  torch::Tensor core_in, core_out;
+  options.hook = [&](const std::string& name, int64_t layer, const torch::Tensor& t) {
+    if (name == "core_in" && layer == 1) core_in = t.detach().clone();
+    if (name == "core_depth_out" && layer == c.core_depth) core_out = t.detach().clone();
+  };
+  model->zero_grad();
+  auto result = model->forward(layout, options);
+  ASSERT_TRUE(core_in.defined() && core_out.defined());
+  EXPECT_TRUE(torch::equal(core_in, core_out));
+  for (const auto& r : result.routes)
+    for (auto e : r.host().experts) EXPECT_EQ(e, c.library_size);
+  result.logits.pow(2).mean().backward();
+  double silent = 0, heard = 0;
+  for (auto& p : model->named_parameters()) {
+    const double g = p.value().grad().defined() ? p.value().grad().abs().max().item<double>() : 0;
+    const bool core = p.key().rfind("library.", 0) == 0 || p.key().rfind("router.", 0) == 0 ||
+                      p.key().rfind("core.", 0) == 0;
+    EXPECT_TRUE(!core || g == 0.0) << p.key();
+    (core ? silent : heard) += g;
+  }
+  EXPECT_GT(heard, 0.0);  // the prelude, coda and embedding learn as usual
+  EXPECT_EQ(silent, 0.0);
+
+  std::vector<Doc> docs = {{random_tokens(rng, 12, c.vocab_size), 3, {1}},
+                           {random_tokens(rng, 9, c.vocab_size), 0, {}}};
+  ForcedPath some;
+  some.depths[1][1] = {c.library_size, std::nullopt};  // windows 1, 2, ... of depth 1
+  some.depths[2][0] = {c.library_size, 0.7};           // skipped, whatever the gate
+  some.depths[3][1] = {1, std::nullopt};
+  expect_matches_reference(c, model, docs, /*pack=*/true, &some);
+}
+
+// The skip's score is its probability alone: the bias moves the experts' scores, never the
+// skip's. A skipped window runs expert 0 at update gate 0; its reported gate stays p (or the
+// forced gate).
+TEST(Routing, TheBiasLeavesTheSkipAlone) {
+  const auto probs =
+      torch::tensor({{0.3f, 0.2f, 0.1f, 0.4f}, {0.1f, 0.1f, 0.1f, 0.7f}, {0.2f, 0.2f, 0.2f, 0.4f}});
+  const auto bias = torch::tensor({0.5f, 0.0f, -0.5f});
+  const auto ordinals = torch::zeros({3}, torch::kInt64);
+  // p + b: (0.8, 0.2, -0.4 | 0.4), (0.6, 0.1, -0.4 | 0.7), (0.7, 0.2, -0.3 | 0.4).
+  // log p + b: row 3 becomes (-1.11, -1.61, -2.11 | -0.92), the skip.
+  for (auto [space, expected] : {std::pair{BalanceSpace::kProbs, std::vector<int64_t>{0, 3, 0}},
+                                 std::pair{BalanceSpace::kLogits, std::vector<int64_t>{0, 3, 3}}}) {
+    auto got = select_experts(probs, bias, space, 1, ordinals, nullptr, /*skip=*/true);
+    EXPECT_EQ(got.skip, 3);
+    EXPECT_EQ(got.host().experts, expected) << enum_name(space);
+    for (size_t w = 0; w < 3; ++w) {
+      const bool skipped = expected[w] == 3;
+      EXPECT_EQ(got.host().blocks[w], skipped ? 0 : expected[w]);
+      EXPECT_FLOAT_EQ(got.gates[w].item<float>(), probs[w][expected[w]].item<float>());
+      EXPECT_FLOAT_EQ(got.update_gates()[w].item<float>(),
+                      skipped ? 0.0f : probs[w][expected[w]].item<float>());
+    }
+  }
+  // Without the skip, 4 probabilities need 4 biases.
+  EXPECT_THROW(select_experts(probs, bias, BalanceSpace::kProbs, 1, ordinals, nullptr, false),
+               Error);
+  // A forced path may name the skip only when the model has one.
+  ForcedPath path;
+  path.depths[1][0] = {3, std::nullopt};
+  EXPECT_NO_THROW(path.validate(2, 3, true));
+  try {
+    path.validate(2, 3, false);
+    ADD_FAILURE() << "expert 3 of a library of 3 without a skip was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no skip"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GoldenRouting, ExecutedDepthBelowDMatchesTheReference) {
   auto c = tiny_config();
   c.core_depth = 4;
@@ -360,7 +447,8 @@ TEST(Routing, SelectionOnTheDeviceMatchesAHostLoop) {
           for (auto& k : ordinals) k = static_cast<int64_t>(rng() % 9);
           auto dev_probs = probs.to(testing::device()).requires_grad_();
           auto got = select_experts(dev_probs, bias.to(testing::device()), space, depth,
-                                    torch::tensor(ordinals).to(testing::device()), path);
+                                    torch::tensor(ordinals).to(testing::device()), path,
+                                    /*skip=*/false);
           const auto& h = got.host();
           auto gates = got.gates.detach().to(torch::kCPU);
           ASSERT_EQ(h.experts.size(), static_cast<size_t>(windows));

@@ -150,12 +150,15 @@ torch::Tensor routed_core(const Context& ctx, torch::Tensor x, const torch::Tens
       auto R = router.size(0) == 1 ? router[0] : router[l - 1];
       auto logits = torch::matmul(R, r);
       auto probs = torch::softmax(logits, 0);
-      // One bias for the router, or row l of the (D, L) bias with balance_per_depth.
-      auto scored = scores(c, logits, probs) + (bias.dim() == 2 ? bias[l - 1] : bias);
+      // One bias for the router, or row l of the (D, L) bias with balance_per_depth; the skip
+      // (choice L, router_skip) takes none.
+      auto depth_bias = bias.dim() == 2 ? bias[l - 1] : bias;
+      if (c.router_skip) depth_bias = torch::cat({depth_bias, torch::zeros({1}, torch::kFloat64)});
+      auto scored = scores(c, logits, probs) + depth_bias;
       auto sorted = std::get<0>(scored.sort(0, /*descending=*/true));
       int64_t expert = scored.argmax().item<int64_t>();
-      double margin = c.library_size > 1 ? (sorted[0] - sorted[1]).item<double>()
-                                         : std::numeric_limits<double>::infinity();
+      double margin = c.route_choices() > 1 ? (sorted[0] - sorted[1]).item<double>()
+                                            : std::numeric_limits<double>::infinity();
       if (hint && margin < tie_margin) {
         auto it = hint->find({l, k});
         if (it != hint->end()) expert = it->second;
@@ -181,11 +184,16 @@ torch::Tensor routed_core(const Context& ctx, torch::Tensor x, const torch::Tens
       std::vector<bool> ro_w;
       for (auto i : idx) ro_w.push_back(ro[i]);
       const int64_t t = static_cast<int64_t>(idx.size());
-      auto y = block(ctx, "library." + std::to_string(expert) + ".", xs, pos.index_select(0, idx_t),
-                     ro_w, torch::ones({t, t}, torch::kBool), &film, false);
-      next.index_copy_(0, idx_t, xs + gate * (y - xs));
+      // The skip leaves the window's rows as they are.
+      if (!(c.router_skip && expert == c.library_size)) {
+        auto y =
+            block(ctx, "library." + std::to_string(expert) + ".", xs, pos.index_select(0, idx_t),
+                  ro_w, torch::ones({t, t}, torch::kBool), &film, false);
+        next.index_copy_(0, idx_t, xs + gate * (y - xs));
+      }
       Route route{l, k, expert, gate.item<double>(), margin, {}};
-      for (int64_t m = 0; m < c.library_size; ++m) route.probs.push_back(probs[m].item<double>());
+      for (int64_t m = 0; m < c.route_choices(); ++m)
+        route.probs.push_back(probs[m].item<double>());
       routes.push_back(route);
     }
     x = next;

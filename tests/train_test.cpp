@@ -657,6 +657,41 @@ TEST(Balancing, GateLoadsAreTheGatesOfTheWindowsEachExpertRan) {
   }
 }
 
+// router_skip: a window routed to the skip is no load on any expert (the bias leaves the skip
+// alone); every other window of ordinal >= 1 counts 1 for its expert, as without the skip.
+TEST(Balancing, TheSkipIsNoLoad) {
+  auto c = train_model_config(Family::kLol);
+  c.core_depth = 4;
+  c.library_size = 4;
+  c.router_skip = true;
+  auto model = testing::make_model(c, 6);
+  const auto layout = strategy_layout(c);
+  roll_biases(model);
+  ForcedPath skips;
+  skips.depths[2][1] = {4, std::nullopt};  // windows 1, 2, ... of depth 2
+  skips.depths[3][2] = {4, 0.5};           // windows 2, 3, ... of depth 3, at a forced gate
+  torch::NoGradGuard no_grad;
+  ForwardOptions options;
+  options.force = &skips;
+  const auto routes = model->forward(layout, options).routes;
+  std::vector<double> expected(4, 0.0);
+  int64_t skipped = 0;
+  for (const auto& r : routes)
+    for (size_t w = 0; w < r.partition->windows.size(); ++w) {
+      if (r.partition->windows[w].ordinal == 0) continue;
+      const int64_t e = r.host().experts[w];
+      if (e == 4)
+        ++skipped;
+      else
+        expected[e] += 1;
+    }
+  ASSERT_GT(skipped, 0);
+  BalanceLoads loads;
+  model->core().count_loads(routes, loads);
+  ASSERT_EQ(loads.loads.size(), 1u);
+  EXPECT_EQ(loads.loads[0], expected);
+}
+
 // A moe core reads every block's loads in one transfer: each block's row is that block's own
 // count of tokens per expert, and blocks past the executed depth count nothing.
 TEST(Balancing, MoeLoadsAreEachBlocksOwnCountsUpToTheExecutedDepth) {

@@ -102,8 +102,14 @@ void add_route_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     const auto& config = model->config();
     const auto text = text_tokenizer(o->model);
     auto source = open_labelled(o->source, config.vocab_size, text.get());
-    RouteFileHeader header{resolve_model_dir(o->model), source->describe(), config.core_depth,
-                           config.library_size,         source->size(),     o->perturb};
+    RouteFileHeader header;
+    header.model = resolve_model_dir(o->model);
+    header.source = source->describe();
+    header.core_depth = config.core_depth;
+    header.library_size = config.library_size;
+    header.skip = config.router_skip;
+    header.sequences = source->size();
+    header.perturbation = o->perturb;
     AtomicWriter out(o->out);
     out.write(header.to_json().dump() + "\n");
     Progress progress("route", source->size());
@@ -217,8 +223,8 @@ void add_path_eval_command(CLI::App* path, std::vector<std::pair<CLI::App*, Runn
     const auto& config = model->config();
     o->eval.kind = tasks::parse_kind(o->task);
     o->eval.length_matched = !o->short_filler;
-    const auto paths =
-        load_task_paths(o->paths, o->eval.kind, config.core_depth, config.library_size);
+    const auto paths = load_task_paths(o->paths, o->eval.kind, config.core_depth,
+                                       config.library_size, config.router_skip);
     const auto conditions = parse_conditions(o->interventions, o->depth_width, config.core_depth);
     if (!o->paths_out.empty())
       for (const auto& c : conditions)
@@ -544,7 +550,7 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
     read_route_file(
         so->routes,
         [&](const RouteFileHeader& h) {
-          builder = std::make_unique<RouteStatsBuilder>(h.core_depth, h.library_size);
+          builder = std::make_unique<RouteStatsBuilder>(h.core_depth, h.choices(), h.skip);
         },
         [&](const SequenceRoutes& s) { builder->add(s); });
     const auto result = builder->finish();
@@ -591,7 +597,7 @@ void add_path_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
     read_route_file(
         po->routes,
         [&](const RouteFileHeader& h) {
-          data = std::make_unique<ProbeData>(h.core_depth, h.library_size);
+          data = std::make_unique<ProbeData>(h.core_depth, h.choices());
         },
         [&](const SequenceRoutes& s) { data->add(s); });
     json out = json::array();
@@ -646,10 +652,10 @@ void add_report_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>
         o->routes,
         [&](const RouteFileHeader& h) {
           in.header = h;
-          stats = std::make_unique<RouteStatsBuilder>(h.core_depth, h.library_size);
-          probes = std::make_unique<ProbeData>(h.core_depth, h.library_size);
-          if (h.core_depth * h.library_size <= 4096)
-            pca = std::make_unique<PathPcaBuilder>(h.core_depth, h.library_size);
+          stats = std::make_unique<RouteStatsBuilder>(h.core_depth, h.choices(), h.skip);
+          probes = std::make_unique<ProbeData>(h.core_depth, h.choices());
+          if (h.core_depth * h.choices() <= 4096)
+            pca = std::make_unique<PathPcaBuilder>(h.core_depth, h.choices());
         },
         [&](const SequenceRoutes& s) {
           stats->add(s);

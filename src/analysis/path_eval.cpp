@@ -19,7 +19,7 @@ size_t donor_of(size_t index, size_t labels) {
 }  // namespace
 
 std::vector<LabelledPath> load_task_paths(const std::string& dir, tasks::Kind kind,
-                                          int64_t core_depth, int64_t library_size) {
+                                          int64_t core_depth, int64_t library_size, bool skip) {
   LOL_CHECK(is_directory(dir), dir, ": not a directory of paths (lol path extract --out)");
   std::vector<LabelledPath> out;
   for (const auto& name : list_directory(dir)) {
@@ -41,7 +41,7 @@ std::vector<LabelledPath> load_task_paths(const std::string& dir, tasks::Kind ki
           }(),
           ")");
       p.path = ForcedPath::from_json(object);
-      p.path.validate(core_depth, library_size);
+      p.path.validate(core_depth, library_size, skip);
       return p;
     }));
   }

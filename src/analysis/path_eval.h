@@ -23,9 +23,10 @@ struct LabelledPath {
 };
 
 // Every DIR/*.json written by `lol path extract`, in label order. Throws naming the file for
-// a label that names no strategy of the task or a path outside the model.
+// a label that names no strategy of the task or a path outside the model (`skip`: the model's
+// router may skip, ModelConfig::router_skip).
 std::vector<LabelledPath> load_task_paths(const std::string& dir, tasks::Kind kind,
-                                          int64_t core_depth, int64_t library_size);
+                                          int64_t core_depth, int64_t library_size, bool skip);
 
 // One evaluated condition: an intervention (with its depth range for kDepths).
 struct EvalCondition {

@@ -35,7 +35,8 @@ using svg::html_table;
 
 std::string utilisation_section(const RouteStats& s) {
   std::string out = "<h2>Expert utilisation per depth</h2>\n";
-  const auto experts = numbered("", static_cast<size_t>(s.library_size), 0);
+  auto experts = numbered("", static_cast<size_t>(s.library_size), 0);
+  if (s.skip) experts.back() = "skip";
   for (const auto& [label, shares] : s.utilisation) {
     svg::Heatmap h;
     h.title = label == "*" ? "all labels" : "label " + label;
@@ -179,16 +180,17 @@ std::string bias_section(const RouteStats& s) {
   std::string by_label;
   for (const auto& [label, share] : s.bias_decided_by_label)
     by_label += (by_label.empty() ? "" : ", ") + svg::escape(label) + " " + fixed(share, 3);
-  return out + html_figure(svg::bar_chart(b),
-                           "Share of all windows " + fixed(s.bias_decided, 3) +
-                               "; by label: " + by_label +
-                               ". There the bias, not the router's preference, picked the "
-                               "expert, and a mode path by the mean p (SPEC 3.6) can name an "
-                               "expert those windows did not run (the routed rule follows "
-                               "them). Windows run with a gate below " +
-                               skip_gate_text() + " (skips: the block adds almost nothing): " +
-                               fixed(s.skipped, 3) + " of all, " +
-                               fixed(s.skipped_of_bias_decided, 3) + " of those the bias decided.");
+  return out +
+         html_figure(
+             svg::bar_chart(b),
+             "Share of all windows " + fixed(s.bias_decided, 3) + "; by label: " + by_label +
+                 ". There the bias, not the router's preference, picked the "
+                 "expert, and a mode path by the mean p (SPEC 3.6) can name an "
+                 "expert those windows did not run (the routed rule follows "
+                 "them). Windows run with a gate below " +
+                 skip_gate_text() + (s.skip ? " or routed to the skip" : "") +
+                 " (skips: the block adds almost nothing): " + fixed(s.skipped, 3) + " of all, " +
+                 fixed(s.skipped_of_bias_decided, 3) + " of those the bias decided.");
 }
 
 std::string probes_section(const std::vector<ProbeResult>& probes,

@@ -222,6 +222,7 @@ json RouteFileHeader::to_json() const {
             {"core_depth", core_depth},
             {"library_size", library_size},
             {"sequences", sequences}};
+  if (skip) j["router_skip"] = true;
   if (perturbation > 0) j["perturbation"] = perturbation;
   return j;
 }
@@ -239,6 +240,11 @@ RouteFileHeader RouteFileHeader::from_json(const json& object) {
   h.sequences = integer_field(object, "sequences", "route file header");
   LOL_CHECK(h.core_depth > 0 && h.library_size > 0,
             "route file header: core_depth and library_size must be > 0");
+  if (object.contains("router_skip")) {
+    LOL_CHECK(object["router_skip"].is_boolean(),
+              "route file header: \"router_skip\" must be true or false");
+    h.skip = object["router_skip"].get<bool>();
+  }
   if (object.contains("perturbation")) {
     LOL_CHECK(object["perturbation"].is_number() && object["perturbation"].get<double>() >= 0,
               "route file header: \"perturbation\" must be a number >= 0");
@@ -375,11 +381,11 @@ std::optional<SequenceRoutes> RouteReader::next() {
           LOL_CHECK(std::isfinite(p), "a router probability is not a finite number");
         LOL_CHECK(w.route.depth >= 1 && w.route.depth <= header_.core_depth, "depth ",
                   w.route.depth, " is outside 1..", header_.core_depth);
-        LOL_CHECK(static_cast<int64_t>(w.route.probs.size()) == header_.library_size,
-                  "a window has ", w.route.probs.size(),
-                  " probabilities, the header's library has ", header_.library_size);
-        LOL_CHECK(w.route.expert >= 0 && w.route.expert < header_.library_size, "expert ",
-                  w.route.expert, " is outside the library");
+        LOL_CHECK(static_cast<int64_t>(w.route.probs.size()) == header_.choices(), "a window has ",
+                  w.route.probs.size(), " probabilities, the header's library has ",
+                  header_.library_size, header_.skip ? " and the skip" : "");
+        LOL_CHECK(w.route.expert >= 0 && w.route.expert < header_.choices(), "expert ",
+                  w.route.expert, " is outside the library", header_.skip ? " and the skip" : "");
       }
       return s;
     } catch (const Error& e) {

@@ -67,7 +67,10 @@ struct SequenceRoutes {
 struct RouteFileHeader {
   std::string model, source;
   int64_t core_depth = 0, library_size = 0, sequences = 0;
+  bool skip = false;        // the router may skip: route choice library_size is the skip
   double perturbation = 0;  // relative noise of the flip measurement; 0: not measured
+  // What a window's route chooses between: its probabilities and expert ids (the skip included).
+  int64_t choices() const { return library_size + (skip ? 1 : 0); }
   json to_json() const;
   static RouteFileHeader from_json(const json& object);
 };

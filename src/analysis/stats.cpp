@@ -21,8 +21,8 @@ double expected_distinct_experts(int64_t library_size, int64_t depth) {
   return L * (1.0 - std::pow(1.0 - 1.0 / L, static_cast<double>(depth)));
 }
 
-RouteStatsBuilder::RouteStatsBuilder(int64_t core_depth, int64_t library_size)
-    : depth_(core_depth), library_(library_size) {
+RouteStatsBuilder::RouteStatsBuilder(int64_t core_depth, int64_t library_size, bool skip)
+    : depth_(core_depth), library_(library_size), skip_(skip) {
   LOL_CHECK(core_depth > 0 && library_size > 0,
             "route statistics need core_depth and library_size > 0");
   distinct_counts_.assign(static_cast<size_t>(std::min(core_depth, library_size)) + 1, 0);
@@ -56,7 +56,7 @@ void RouteStatsBuilder::add(const SequenceRoutes& s) {
     const auto depth = static_cast<size_t>(w.route.depth - 1);
     decided_by_depth_[depth] += decided;
     ++windows_by_depth_[depth];
-    const bool skip = w.route.gate < kSkipGate;
+    const bool skip = w.route.gate < kSkipGate || (skip_ && w.route.expert == library_ - 1);
     skipped_by_depth_[depth] += skip;
     skipped_decided_ += skip && decided;
     decided_here.first += decided;
@@ -128,6 +128,7 @@ RouteStats RouteStatsBuilder::finish() const {
   RouteStats r;
   r.core_depth = depth_;
   r.library_size = library_;
+  r.skip = skip_;
   r.sequences = sequences_;
   r.token_paths = token_paths_;
   for (const auto& [label, counts] : window_counts_) {
@@ -248,6 +249,7 @@ json RouteStats::to_json() const {
   for (double e : margin_edges) edges.push_back(std::isfinite(e) ? json(e) : json(nullptr));
   json j = {{"core_depth", core_depth},
             {"library_size", library_size},
+            {"router_skip", skip},
             {"sequences", sequences},
             {"token_paths", token_paths},
             {"utilisation", utilisation},
@@ -281,7 +283,7 @@ std::string RouteStats::to_text() const {
   std::ostringstream out;
   out << std::fixed << std::setprecision(3);
   out << sequences << " sequences, " << token_paths << " token paths, D " << core_depth << ", L "
-      << library_size << "\n";
+      << (skip ? library_size - 1 : library_size) << (skip ? " and the skip" : "") << "\n";
   out << "distinct experts per path U " << mean_distinct
       << " (independent uniform: " << expected_distinct << "), repeated " << mean_repeated
       << ", unused " << mean_unused << "\n";
@@ -321,7 +323,8 @@ std::string RouteStats::to_text() const {
   out << "\n  by label:";
   for (const auto& [label, share] : bias_decided_by_label) out << " " << label << ":" << share;
   out << "\n";
-  out << "windows skipped (gate below " << skip_gate_text() << "): " << skipped << "\n  by depth:";
+  out << "windows skipped (gate below " << skip_gate_text() << (skip ? " or the skip" : "")
+      << "): " << skipped << "\n  by depth:";
   for (double x : skipped_by_depth) out << " " << x;
   out << "\n  of the windows the bias decided: " << skipped_of_bias_decided << "\n";
   if (flips_measured > 0) {

@@ -21,7 +21,10 @@ std::string skip_gate_text();
 double expected_distinct_experts(int64_t library_size, int64_t depth);
 
 struct RouteStats {
+  // library_size counts the route choices: with `skip` (router_skip) the last is the skip, an
+  // expert like the others in utilisation and token paths.
   int64_t core_depth = 0, library_size = 0, sequences = 0, token_paths = 0;
+  bool skip = false;
   // Share of windows choosing each expert at each depth, [depth - 1][expert], per label ("*":
   // all labels together).
   std::map<std::string, std::vector<std::vector<double>>> utilisation;
@@ -49,7 +52,8 @@ struct RouteStats {
   double bias_decided = 0;
   std::vector<double> bias_decided_by_depth;
   std::map<std::string, double> bias_decided_by_label;
-  // Windows run with a gate below kSkipGate (skips): the share of all windows, per depth, and
+  // Windows run with a gate below kSkipGate or routed to the skip (skips): the share of all
+  // windows, per depth, and
   // the share of the windows the bias decided that were skips (a router that puts all its
   // probability on an expert the bias holds out gets a gate of nearly 0 on the expert that runs).
   double skipped = 0;
@@ -77,12 +81,14 @@ GroupSimilarity group_similarity(const RouteStats& stats,
 
 class RouteStatsBuilder {
  public:
-  RouteStatsBuilder(int64_t core_depth, int64_t library_size);
+  // library_size: the route choices (RouteFileHeader::choices), the last the skip with `skip`.
+  RouteStatsBuilder(int64_t core_depth, int64_t library_size, bool skip);
   void add(const SequenceRoutes& routes);
   RouteStats finish() const;
 
  private:
   int64_t depth_, library_;
+  bool skip_;
   int64_t sequences_ = 0, token_paths_ = 0;
   double distinct_sum_ = 0;
   std::vector<int64_t> distinct_counts_;

@@ -17,7 +17,8 @@ TaskModePaths task_mode_paths(LanguageModel& model, const StrategyControlOptions
   auto source = task_sequences(tasks::kind_name(o.kind), o.maze_size, o.count, o.route_seed);
   ModePathBuilder by_probabilities(ModeRule::kProbabilities), by_routes(ModeRule::kRouted);
   // The bias's share of the windows, counted as `lol path stats` counts it.
-  RouteStatsBuilder stats(model->config().core_depth, model->config().library_size);
+  RouteStatsBuilder stats(model->config().core_depth, model->config().route_choices(),
+                          model->config().router_skip);
   ExtractOptions extract;
   extract.batch_size = o.max_batch;
   extract_routes(model, *source, extract, [&](SequenceRoutes&& s) {

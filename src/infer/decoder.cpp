@@ -49,7 +49,8 @@ struct Decoder::Layer {
   std::unique_ptr<KVCache> cache;
   // Windowed layers (strided, routed): the current window ordinal of each sequence.
   std::vector<int64_t> ordinal;
-  // Routed layers: the route and router state of each sequence's current window.
+  // Routed layers: the route and router state of each sequence's current window: the expert
+  // whose block runs and the gate of its update (a skip: expert 0 at gate 0, RouteDecisions).
   std::vector<int64_t> expert;
   torch::Tensor gate;                    // (B)
   torch::Tensor window_sum, closed_sum;  // (B, d): current window's inputs; closed windows' means
@@ -186,8 +187,8 @@ void Decoder::fill_state(Layer& l, const Layout& layout, const torch::Tensor& x,
     keep_range(win.start, win.start + win.length, l.spec.block, nullptr);
     return;
   }
-  l.expert[b] = decision->host().experts[w];
-  l.gate[b] = decision->gates[w];
+  l.expert[b] = decision->host().blocks[w];
+  l.gate[b] = decision->update_gates()[w];
   keep_range(win.start, win.start + win.length, routing_->experts()[l.expert[b]], &l.film);
   l.window_sum[b] = x.narrow(0, win.start, win.length).sum(0);
   l.window_count[b] = win.length;
@@ -310,10 +311,11 @@ torch::Tensor Decoder::run_layer(Layer& l, const torch::Tensor& x, const Rotary&
         x.index_select(0, rows), l.closed_sum.index_select(0, rows), ordinals_of, spec.depth);
     auto decision = routing_->route(inputs, spec.depth, ordinals_of, force);
     auto records = routes ? decision.records() : std::vector<RouteRecord>{};
+    const auto update_gates = decision.update_gates();
     for (size_t i = 0; i < rows_of.size(); ++i) {
       const int64_t b = rows_of[i];
-      l.expert[b] = decision.host().experts[i];
-      l.gate[b] = decision.gates[static_cast<int64_t>(i)];
+      l.expert[b] = decision.host().blocks[i];
+      l.gate[b] = update_gates[static_cast<int64_t>(i)];
       if (routes) {
         records[i].sequence = b;
         records[i].window = ordinals_of[i];

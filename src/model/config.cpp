@@ -63,6 +63,7 @@ const std::vector<Field<ModelConfig>>& ModelConfig::fields() {
       field("balance_window0", &C::balance_window0, "count window 0 in the load"),
       field("balance_space", &C::balance_space, "where the balancing bias is added"),
       field("balance_per_depth", &C::balance_per_depth, "one balancing bias per routed depth"),
+      field("router_skip", &C::router_skip, "a skip choice beside the library (lol)"),
       field("rope_theta", &C::rope_theta, "rotary base"),
       field("norm_eps", &C::norm_eps, "RMSNorm epsilon"),
       field("tie_embeddings", &C::tie_embeddings, "tie LM head to embedding"),

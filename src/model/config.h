@@ -46,10 +46,12 @@ struct ModelConfig {
   bool balance_window0 = false;  // count window 0 (content-independent route) in the load
   BalanceSpace balance_space = BalanceSpace::kProbs;  // probs: p + b | logits: log p + b
   bool balance_per_depth = false;  // lol: one bias and one load per routed depth (bias (D, L))
-  double rope_theta = 10000.0;     // rotary base
-  double norm_eps = 1e-5;          // RMSNorm epsilon
-  bool tie_embeddings = true;      // LM head shares the embedding matrix
-  int64_t max_seq_len = 1024;      // longest document the model is meant for
+  bool router_skip = false;     // lol: a route choice L beside the library that leaves the window's
+                                // states unchanged; the balancing bias neither moves nor counts it
+  double rope_theta = 10000.0;  // rotary base
+  double norm_eps = 1e-5;       // RMSNorm epsilon
+  bool tie_embeddings = true;   // LM head shares the embedding matrix
+  int64_t max_seq_len = 1024;   // longest document the model is meant for
   CoreAttention core_attention = CoreAttention::kFull;  // non-lol core: full | sliding | strided
   int64_t loop_blocks = 1;  // R: distinct blocks of the looped core (core_depth % R == 0)
   int64_t moe_experts = 4;  // FFN experts per MoE layer
@@ -57,6 +59,8 @@ struct ModelConfig {
   double init_std = 0.02;   // std of the normal initialisation of weight matrices
 
   int64_t head_dim() const { return d_model / n_heads; }
+  // What a lol router chooses between: the L experts, and the skip (id L) with router_skip.
+  int64_t route_choices() const { return library_size + (router_skip ? 1 : 0); }
 
   // Throws lol::Error naming the first field that breaks its rule. Sizes have upper bounds
   // (docs/config.md) so that no count derived from them overflows.

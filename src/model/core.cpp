@@ -98,7 +98,7 @@ std::vector<CoreLayer> LolCore::layers(int64_t depth) const {
 }
 
 void LolCore::check(const ForcedPath& path) const {
-  path.validate(config_.core_depth, config_.library_size);
+  path.validate(config_.core_depth, config_.library_size, config_.router_skip);
 }
 
 torch::Tensor LolCore::router_inputs(const torch::Tensor& first_states,
@@ -111,7 +111,7 @@ RouteDecisions LolCore::route(const torch::Tensor& inputs, int64_t depth,
                               const std::vector<int64_t>& ordinals, const ForcedPath* force) const {
   auto probs = router_->probabilities(inputs, depth, /*add_noise=*/false);
   return select_experts(probs, router_->depth_bias(depth), router_->balance_space, depth,
-                        int64_tensor(ordinals, probs.device()), force);
+                        int64_tensor(ordinals, probs.device()), force, router_->skip);
 }
 
 torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
@@ -136,9 +136,10 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
     }
 
     // Order tokens by expert (stable, so each expert's windows stay in flat order): with the
-    // rows per expert read on the host (slices), or on the device only (tiles).
+    // rows per expert read on the host (slices), or on the device only (tiles). Skipped windows
+    // run expert 0 at update gate 0 (RouteDecisions::block_ids).
     scope.emplace("permute");
-    const auto expert_of_token = decision.experts.index_select(0, part.token_window_t);
+    const auto expert_of_token = decision.block_ids().index_select(0, part.token_window_t);
     FilmRows rows = film(p);
     std::optional<TiledRows> tiled;
     std::optional<RowGroups> groups;
@@ -157,7 +158,7 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
                     : run_blocks(xp, groups->slices, rotary_rows, part.plan, &rows, perm, inverse);
     // s = H + alpha * (E(H) - H) in token order, alpha per window broadcast to its tokens.
     scope.emplace("permute");
-    x = routed_residual(x, yp, decision.gates, part.token_window_t,
+    x = routed_residual(x, yp, decision.update_gates(), part.token_window_t,
                         identity ? torch::Tensor() : inverse);
     scope.reset();
     if (options.hook) options.hook("core_depth_out", l, x);
@@ -194,8 +195,10 @@ void LolCore::count_loads(const std::vector<RouteDecisions>& routes, BalanceLoad
         break;
     }
     if (!config_.balance_window0) weight = weight * (part.ordinals_t != 0);
+    // A skip is no load: it adds 0 to expert 0's slot.
+    if (r.skip >= 0) weight = weight * (r.experts != r.skip);
     const int64_t row = rows > 1 ? (r.depth - 1) % config_.core_depth : 0;
-    slots.push_back(r.experts + row * L);
+    slots.push_back(r.block_ids() + row * L);
     weights.push_back(weight);
     agreed.push_back(r.probs.detach().argmax(1) == r.experts);
     loads.decisions += r.experts.size(0);
@@ -316,11 +319,12 @@ std::vector<torch::Tensor> StackCore::balance_biases() const {
 void LolCore::add_stats(const ModelConfig& c, int64_t seq_len, int64_t depth, ModelStats& s) {
   const int64_t d = c.d_model;
   const auto plain = block_cost(c, false);
-  const int64_t router = (c.router_tied ? 1 : c.core_depth) * c.library_size * d + c.core_depth * d;
+  const int64_t router =
+      (c.router_tied ? 1 : c.core_depth) * c.route_choices() * d + c.core_depth * d;
   const int64_t film = 4 * c.core_depth * d;
   s.stored_params += c.library_size * plain.params + router + film;
   s.active_params += std::min(depth, c.library_size) * plain.params_active + router + film;
-  s.executed_matmul_params += depth * (plain.matmul_active + c.library_size * d);
+  s.executed_matmul_params += depth * (plain.matmul_active + c.route_choices() * d);
   s.attention_flops_per_token +=
       depth * attention_flops_per_key(c) * mean_keys(c, seq_len, true, 0);
   // Per depth: K/V of the current window, its running sum, the closed-window sum, route.

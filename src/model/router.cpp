@@ -18,15 +18,18 @@ const ForcedPath::Entry* ForcedPath::find(int64_t depth, int64_t ordinal) const 
   return e == entries.end() ? nullptr : &e->second;
 }
 
-void ForcedPath::validate(int64_t core_depth, int64_t library_size) const {
+void ForcedPath::validate(int64_t core_depth, int64_t library_size, bool skip) const {
+  const int64_t choices = library_size + (skip ? 1 : 0);
   for (const auto& [depth, entries] : depths) {
     LOL_CHECK(depth >= 1 && depth <= core_depth, "forced path: depth ", depth,
               " is outside the core depths 1..", core_depth);
     for (const auto& [ordinal, entry] : entries) {
       if (entry.expert)
-        LOL_CHECK(*entry.expert >= 0 && *entry.expert < library_size, "forced path: depth ", depth,
+        LOL_CHECK(*entry.expert >= 0 && *entry.expert < choices, "forced path: depth ", depth,
                   " window ", ordinal, ": expert ", *entry.expert, " is outside the library 0..",
-                  library_size - 1);
+                  library_size - 1,
+                  skip ? " and the skip " + std::to_string(library_size)
+                       : std::string(" (the model has no skip choice)"));
     }
   }
 }
@@ -86,9 +89,9 @@ json ForcedPath::to_json() const {
 }
 
 RouterImpl::RouterImpl(const ModelConfig& c)
-    : balance_space(c.balance_space), noise_std(c.router_noise_std) {
+    : balance_space(c.balance_space), skip(c.router_skip), noise_std(c.router_noise_std) {
   const int64_t copies = c.router_tied ? 1 : c.core_depth;
-  weight = register_parameter("weight", torch::zeros({copies, c.library_size, c.d_model}));
+  weight = register_parameter("weight", torch::zeros({copies, c.route_choices(), c.d_model}));
   depth_vectors = register_parameter("depth_vectors", torch::zeros({c.core_depth, c.d_model}));
   balance_bias = register_buffer("balance_bias", c.balance_per_depth
                                                      ? torch::zeros({c.core_depth, c.library_size})
@@ -144,7 +147,7 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
 
   auto probs = probabilities(inputs, depth, add_noise);
   RouteDecisions out =
-      select_experts(probs, depth_bias(depth), balance_space, depth, part.ordinals_t, force);
+      select_experts(probs, depth_bias(depth), balance_space, depth, part.ordinals_t, force, skip);
   out.partition = &part;
   out.router_inputs = inputs;
   return out;
@@ -236,8 +239,8 @@ std::vector<RouteRecord> RouteDecisions::records(const Layout* layout) const {
 
 torch::Tensor RouterImpl::probabilities(const torch::Tensor& inputs, int64_t depth,
                                         bool add_noise) const {
-  auto router_matrix = weight[weight.size(0) == 1 ? 0 : depth - 1];  // (L, d)
-  auto logits = torch::matmul(inputs, router_matrix.t());            // (n, L)
+  auto router_matrix = weight[weight.size(0) == 1 ? 0 : depth - 1];  // (C, d)
+  auto logits = torch::matmul(inputs, router_matrix.t());            // (n, C)
   // Noise comes from the CPU generator whatever the device (a few numbers per window), so a
   // run's randomness is one generator that checkpoints save and restore. To a GPU it goes from
   // pinned memory without waiting for the stream (a pageable copy would synchronise the host
@@ -260,13 +263,19 @@ torch::Tensor balanced_scores(const torch::Tensor& probs, const torch::Tensor& b
 
 RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& bias,
                               BalanceSpace space, int64_t depth, const torch::Tensor& ordinals,
-                              const ForcedPath* force) {
+                              const ForcedPath* force, bool skip) {
   const int64_t num_windows = probs.size(0), L = probs.size(1);
+  LOL_CHECK(bias.dim() == 1 && bias.size(0) + (skip ? 1 : 0) == L, "select_experts: ", L,
+            " route choices need a bias of ", L - (skip ? 1 : 0), skip ? " (and the skip)" : "",
+            ", got ", bias.sizes());
   const auto device = probs.device();
   RouteDecisions out;
   out.depth = depth;
+  out.skip = skip ? L - 1 : -1;
   out.probs = probs;
-  auto biased = balanced_scores(probs, bias, space);
+  // The skip takes no bias: its score is the router's own.
+  auto biased =
+      balanced_scores(probs, skip ? torch::cat({bias, bias.new_zeros({1})}) : bias, space);
   out.router_choice = biased.argmax(1);  // the first maximum, on every device
   if (L > 1) {
     auto top = std::get<0>(biased.topk(2, 1)).to(torch::kFloat64);
@@ -308,6 +317,14 @@ RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& b
   return out;
 }
 
+torch::Tensor RouteDecisions::block_ids() const {
+  return skip < 0 ? experts : torch::where(experts == skip, torch::zeros_like(experts), experts);
+}
+
+torch::Tensor RouteDecisions::update_gates() const {
+  return skip < 0 ? gates : torch::where(experts == skip, torch::zeros_like(gates), gates);
+}
+
 const RouteDecisions::Host& RouteDecisions::host() const {
   if (host_) return *host_;
   // One transfer: the integers and flags are exact in float64.
@@ -320,7 +337,9 @@ const RouteDecisions::Host& RouteDecisions::host() const {
   const double* v = all.data_ptr<double>();
   auto copy = std::make_shared<Host>();
   for (int64_t w = 0; w < n; ++w) {
-    copy->experts.push_back(static_cast<int64_t>(v[w]));
+    const auto expert = static_cast<int64_t>(v[w]);
+    copy->experts.push_back(expert);
+    copy->blocks.push_back(expert == skip ? 0 : expert);
     copy->router_choice.push_back(static_cast<int64_t>(v[n + w]));
     copy->margins.push_back(v[2 * n + w]);
     copy->forced_expert.push_back(v[3 * n + w] != 0);

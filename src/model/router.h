@@ -25,8 +25,9 @@ struct ForcedPath {
   std::map<int64_t, std::map<int64_t, Entry>> depths;  // depth l (1-based) -> ordinal -> entry
 
   const Entry* find(int64_t depth, int64_t ordinal) const;
-  // Throws naming the entry when a depth or expert is outside the model.
-  void validate(int64_t core_depth, int64_t library_size) const;
+  // Throws naming the entry when a depth or expert is outside the model: experts 0..L-1, and
+  // L (the skip) when the router may skip (ModelConfig::router_skip).
+  void validate(int64_t core_depth, int64_t library_size, bool skip) const;
   static ForcedPath from_json(const json& object);
   static ForcedPath load(const std::string& path);
   json to_json() const;
@@ -40,7 +41,7 @@ struct RouteRecord {
   int64_t window = 0;         // ordinal k within the document
   int64_t position = 0;       // first token of the window within its document
   int64_t length = -1;        // tokens in the window; -1 when unknown (decoding opens it)
-  int64_t expert = 0;         // rho, the expert that ran
+  int64_t expert = 0;         // rho, the expert that ran (L: the skip, with router_skip)
   int64_t router_choice = 0;  // argmax of the balanced scores (p + b) before forcing
   double gate = 0;            // alpha
   double margin = 0;          // best minus second-best balanced score (inf when L = 1: null in
@@ -57,19 +58,29 @@ struct RouteRecord {
 // the host in one transfer, for reports, decoding and forced-path bookkeeping.
 struct RouteDecisions {
   int64_t depth = 0;  // l, 1-based
+  int64_t skip = -1;  // the skip's id (L) when the router may skip (router_skip), else -1
   const WindowPartition* partition = nullptr;
-  torch::Tensor experts;                     // (windows) int64: rho
+  torch::Tensor experts;                     // (windows) int64: rho (the skip included)
   torch::Tensor router_choice;               // (windows) int64: argmax of the balanced scores
                                              // (p + b) before forcing
   torch::Tensor margins;                     // (windows) float64: best minus second-best
                                              // balanced score (inf when L = 1)
   torch::Tensor forced_expert, forced_gate;  // (windows) bool
   torch::Tensor router_inputs;               // (windows, d)
-  torch::Tensor probs;                       // (windows, L) softmax before the bias
+  torch::Tensor probs;                       // (windows, C) softmax before the bias
   torch::Tensor gates;                       // (windows) alpha
+
+  // What a routed depth runs. A skipped window keeps its states: it runs expert 0 at update gate
+  // 0, s = H + 0 (E_0(H) - H) = H exactly, so the windows of a depth still make one batched pass
+  // (attention stays within the window, so the other windows never see that block's output) and
+  // neither the block nor the router gets a gradient from it. Without skips these are `experts`
+  // and `gates`.
+  torch::Tensor block_ids() const;     // (windows) int64: the expert whose block runs
+  torch::Tensor update_gates() const;  // (windows): the gate of the residual update
 
   struct Host {
     std::vector<int64_t> experts, router_choice;
+    std::vector<int64_t> blocks;  // block_ids() on the host
     std::vector<double> margins;
     std::vector<uint8_t> forced_expert, forced_gate;
   };
@@ -96,14 +107,15 @@ torch::Tensor balanced_scores(const torch::Tensor& probs, const torch::Tensor& b
 // first maximum on ties), then the forced path; alpha = p of the chosen expert unless the gate
 // is forced. One row per window, `ordinals` (windows) int64 its window ordinal, on the device of
 // `probs`. Tensor operations only: nothing waits for the device. Fills every RouteDecisions
-// field but partition and inputs.
+// field but partition and inputs. probs (windows, C), bias (L): C = L, or C = L + 1 with `skip`,
+// the last choice the skip, which the bias leaves alone (its score is p or log p alone).
 RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& bias,
                               BalanceSpace space, int64_t depth, const torch::Tensor& ordinals,
-                              const ForcedPath* force);
+                              const ForcedPath* force, bool skip);
 
 struct RouterImpl : torch::nn::Module {
   explicit RouterImpl(const ModelConfig& c);
-  // p = softmax(R_l r (+ noise)) for router inputs r: (n, d) -> (n, L).
+  // p = softmax(R_l r (+ noise)) for router inputs r: (n, d) -> (n, C), C = route_choices().
   torch::Tensor probabilities(const torch::Tensor& inputs, int64_t depth, bool add_noise) const;
 
   // states: (N, d) core input at depth l in flat order.
@@ -115,12 +127,13 @@ struct RouterImpl : torch::nn::Module {
                               const torch::Tensor& closed_mean_sums,
                               const std::vector<int64_t>& ordinals, int64_t depth) const;
 
-  torch::Tensor weight;         // (R, L, d): R = 1 tied, R = D untied
+  torch::Tensor weight;         // (R, C, d): R = 1 tied, R = D untied; C = L (+ 1 skip)
   torch::Tensor depth_vectors;  // (D, d): e[l]
   torch::Tensor balance_bias;   // (L) buffer, (D, L) with balance_per_depth
   // The bias that depth l's selection adds: balance_bias, or its row l with balance_per_depth.
   torch::Tensor depth_bias(int64_t depth) const;
   BalanceSpace balance_space;
+  bool skip;  // the last of the C choices is the skip (router_skip)
   double noise_std;
   ParamRoles roles;
 };

@@ -336,7 +336,8 @@ CompletionCall parse_completion(const json& body, const ServedModel& model, bool
   if (const json* f = field(body, "force")) {
     try {
       auto path = std::make_shared<ForcedPath>(ForcedPath::from_json(*f));
-      path->validate(model.config->core_depth, model.config->library_size);
+      path->validate(model.config->core_depth, model.config->library_size,
+                     model.config->router_skip);
       force = std::move(path);
     } catch (const Error& e) {
       bad("force", std::string("'force': ") + e.what());
