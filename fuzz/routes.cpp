@@ -15,8 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto& h = reader.header();
     if (h.core_depth > 64 || h.library_size > 64) return;  // bounded work per input
     ModePathBuilder paths;
-    RouteStatsBuilder stats(h.core_depth, h.library_size);
-    ProbeData probes(h.core_depth, h.library_size);
+    RouteStatsBuilder stats(h.core_depth, h.choices(), h.skip);
+    ProbeData probes(h.core_depth, h.choices());
     while (auto s = reader.next()) {
       paths.add(*s);
       stats.add(*s);

@@ -528,6 +528,53 @@ TEST(Routes, ExtractionRecordsTheForwardPassRoutesAndRoundTrips) {
   for (size_t i = 0; i < read.size(); ++i) EXPECT_EQ(read[i].to_json(), extracted[i].to_json());
 }
 
+// A route file of a model with router_skip: its header says so, its windows carry L + 1
+// probabilities and may name expert L; read with that header they pass, and the statistics
+// count the skip as skipped whatever its gate. Under a header without the skip the same windows
+// are an error naming the count.
+TEST(Routes, TheSkipTravelsThroughARouteFile) {
+  SequenceRoutes s;
+  s.label = "bfs";
+  s.length = 8;
+  for (int64_t depth : {1, 2}) {
+    WindowRoute w;
+    w.route.depth = depth;
+    w.route.length = 8;
+    w.route.expert = w.route.router_choice = depth == 1 ? 3 : 1;
+    w.route.gate = depth == 1 ? 0.5 : 0.4;
+    w.route.probs = depth == 1 ? std::vector<double>{0.1, 0.2, 0.2, 0.5}
+                               : std::vector<double>{0.1, 0.4, 0.3, 0.2};
+    w.route.margin = 0.1;
+    s.windows.push_back(w);
+  }
+  auto read = [&](bool skip) {
+    RouteFileHeader h{"m", "s", 2, 3, 1};
+    h.skip = skip;
+    std::stringstream file;
+    file << h.to_json().dump() << "\n" << s.to_json().dump() << "\n";
+    RouteReader reader(file, "routes");
+    auto got = reader.next();
+    EXPECT_EQ(reader.header().skip, skip);
+    EXPECT_EQ(reader.header().choices(), skip ? 4 : 3);
+    return got;
+  };
+  const auto got = read(true);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->to_json(), s.to_json());
+  RouteStatsBuilder builder(2, 4, true);
+  builder.add(*got);
+  const auto stats = builder.finish();
+  EXPECT_TRUE(stats.skip);
+  EXPECT_DOUBLE_EQ(stats.skipped, 0.5);
+  EXPECT_EQ(stats.skipped_by_depth, (std::vector<double>{1.0, 0.0}));
+  try {
+    read(false);
+    ADD_FAILURE() << "a window of 4 probabilities passed a header of 3 experts and no skip";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("4 probabilities"), std::string::npos) << e.what();
+  }
+}
+
 // A sequence longer than the model's context is routed on its first max_seq_len tokens, and
 // those routes are the whole sequence's there (the router reads only earlier windows): the
 // same model with a longer context routes the same windows the same way.
