@@ -1266,6 +1266,12 @@ TEST(StrategyControl, EqualsRouteExtractAndEvalThroughTheirFiles) {
   EXPECT_EQ(page.find("bias decided: depth " + std::to_string(c.core_depth + 1)),
             std::string::npos);
   EXPECT_NE(page.find("distinct paths / strategies: routed rule"), std::string::npos);
+  // The skipped windows name the skip only where a model has one.
+  EXPECT_EQ(page.find("routed to the skip"), std::string::npos);
+  later.router_skip = true;
+  EXPECT_NE(strategy_curve_html({control, later}, tasks::Kind::kMaze, "t")
+                .find("skipped (a gate below " + skip_gate_text() + " or routed to the skip)"),
+            std::string::npos);
 }
 
 // How `lol path curve --show` prints a path and a generation: the reference is the requested
@@ -1496,7 +1502,8 @@ TEST(RoutingWeights, FiguresAreDistancesFromTheStartAndNorms) {
   // Untied router over L = 2 experts: rows (3, 4, 0, 0) -> 5, (1, 0, 0, 0) -> 1; then 0, 2.
   t["router.weight"] = f32({3.0, 4, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0}, {2, 2, 4});
   t["router.balance_bias"] = f32({0.25, -0.25, 0.5, -0.5}, {2, 2});
-  t["embed.weight"] = torch::ones({3, 4});  // not a routing tensor: left alone
+  t["router.skip_bias"] = f32({-0.125, 0.375}, {2});  // per depth, as stored
+  t["embed.weight"] = torch::ones({3, 4});            // not a routing tensor: left alone
   const auto w = routing_weights(t);
   ASSERT_EQ(w.film.size(), 2u);
   EXPECT_EQ(w.film[0].name, "attn.gamma - 1");
@@ -1518,6 +1525,8 @@ TEST(RoutingWeights, FiguresAreDistancesFromTheStartAndNorms) {
   EXPECT_EQ(j.at("router_depth_vector_norms"), json({5.0, 12.0}));
   EXPECT_EQ(j.at("router_row_norms").at("router.weight").size(), 2u);
   EXPECT_EQ(j.at("balance_bias").at("router.balance_bias").size(), 2u);  // one row per depth
+  ASSERT_EQ(w.skip_bias.size(), 1u);
+  EXPECT_EQ(j.at("skip_bias"), json({-0.125, 0.375}));
   EXPECT_FALSE(j.contains("embed.weight"));
   // The bias of the 80,000-step maze runs is at the limit a bias on probabilities has; the
   // sudoku model's is not; an empty row (no bias) is not.

@@ -296,6 +296,15 @@ TEST(Config, ValidationNamesTheFieldAndOverridesApply) {
   EXPECT_EQ(message("stride=-1"), "stride must be >= 0, got -1");
   EXPECT_EQ(message("window=1.5"), "config key 'window' must be an integer, got 1.5");
   EXPECT_EQ(message("novalue"), "override must look like key=value, got 'novalue'");
+  EXPECT_EQ(message("router_skip_share=0.25"),
+            "router_skip_share needs router_skip=true (a skip choice to steer)");
+  EXPECT_EQ(testing::error_message([&] {
+              ModelConfig copy = tiny_config();
+              copy.router_skip = true;
+              copy.router_skip_share = 1.0;
+              copy.validate();
+            }),
+            "router_skip_share must be in [0, 1), got 1");
   // JSON round trip.
   EXPECT_EQ(ModelConfig::from_json(c.to_json()).to_json(), c.to_json());
 }

@@ -45,10 +45,11 @@ constexpr double kTolerance = 1e-5;
 TEST(Distributed, TwoWorkersEqualOneWithTheSameGlobalBatch) {
   const std::string dir = testing::temp_dir("dp");
   const std::vector<Family> families = {
-      // lol with balancing, router noise and depth growing
+      // lol with balancing (the skip's too: its counts are summed over ranks), router noise and
+      // depth growing
       {"lol",
-       "--preset tiny --set vocab_size=160 --train-set grow_start_depth=2 "
-       "--train-set grow_fraction=0.5"},
+       "--preset tiny --set vocab_size=160 --set router_skip=true --set router_skip_share=0.25 "
+       "--train-set grow_start_depth=2 --train-set grow_fraction=0.5"},
       {"dense", "--preset tiny --set vocab_size=160 --set family=dense"}};
   for (const auto& f : families) {
     const std::string common = "train " + f.flags +

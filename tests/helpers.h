@@ -145,6 +145,7 @@ inline ModelConfig random_config(std::mt19937& rng, Family family) {
     c.core_depth = c.loop_blocks * pick({1, 2});
   }
   if (family == Family::kLol) c.router_skip = pick({0, 1}) == 1;
+  if (c.router_skip && pick({0, 1}) == 1) c.router_skip_share = 0.25;
   return c;
 }
 

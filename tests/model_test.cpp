@@ -308,32 +308,65 @@ TEST(Routing, TheSkipLeavesItsWindowAsItCame) {
   expect_matches_reference(c, model, docs, /*pack=*/true, &some);
 }
 
-// The skip's score is its probability alone: the bias moves the experts' scores, never the
-// skip's. A skipped window runs expert 0 at update gate 0; its reported gate stays p (or the
-// forced gate).
-TEST(Routing, TheBiasLeavesTheSkipAlone) {
+// The skip's score is its probability plus its own bias: the experts' bias never moves it, and
+// without router_skip_share the router adds 0 there (RouterImpl::depth_bias). A skipped window
+// runs expert 0 at update gate 0; its reported gate stays p (or the forced gate).
+TEST(Routing, TheSkipTakesOnlyItsOwnBias) {
   const auto probs =
       torch::tensor({{0.3f, 0.2f, 0.1f, 0.4f}, {0.1f, 0.1f, 0.1f, 0.7f}, {0.2f, 0.2f, 0.2f, 0.4f}});
-  const auto bias = torch::tensor({0.5f, 0.0f, -0.5f});
   const auto ordinals = torch::zeros({3}, torch::kInt64);
-  // p + b: (0.8, 0.2, -0.4 | 0.4), (0.6, 0.1, -0.4 | 0.7), (0.7, 0.2, -0.3 | 0.4).
-  // log p + b: row 3 becomes (-1.11, -1.61, -2.11 | -0.92), the skip.
-  for (auto [space, expected] : {std::pair{BalanceSpace::kProbs, std::vector<int64_t>{0, 3, 0}},
-                                 std::pair{BalanceSpace::kLogits, std::vector<int64_t>{0, 3, 3}}}) {
-    auto got = select_experts(probs, bias, space, 1, ordinals, nullptr, /*skip=*/true);
+  struct Case {
+    BalanceSpace space;
+    float skip_bias;
+    std::vector<int64_t> expected;
+  };
+  // p + b, skip bias 0: (0.8, 0.2, -0.4 | 0.4), (0.6, 0.1, -0.4 | 0.7), (0.7, 0.2, -0.3 | 0.4).
+  // log p + b: row 3 becomes (-1.11, -1.61, -2.11 | -0.92), the skip. A skip bias of -0.2 gives
+  // row 2 on p back to expert 0 (0.5 against 0.6) and row 3 on log p (-1.116 against -1.109);
+  // +0.45 on p sends every row to the skip (0.85, 1.15, 0.85 against 0.8, 0.6, 0.7).
+  for (const auto& k : std::vector<Case>{{BalanceSpace::kProbs, 0.0f, {0, 3, 0}},
+                                         {BalanceSpace::kLogits, 0.0f, {0, 3, 3}},
+                                         {BalanceSpace::kProbs, -0.2f, {0, 0, 0}},
+                                         {BalanceSpace::kLogits, -0.2f, {0, 3, 0}},
+                                         {BalanceSpace::kProbs, 0.45f, {3, 3, 3}}}) {
+    SCOPED_TRACE(std::string(enum_name(k.space)) + " skip bias " + std::to_string(k.skip_bias));
+    const auto bias = torch::tensor({0.5f, 0.0f, -0.5f, k.skip_bias});
+    auto got = select_experts(probs, bias, k.space, 1, ordinals, nullptr, /*skip=*/true);
     EXPECT_EQ(got.skip, 3);
-    EXPECT_EQ(got.host().experts, expected) << enum_name(space);
+    EXPECT_EQ(got.host().experts, k.expected);
     for (size_t w = 0; w < 3; ++w) {
-      const bool skipped = expected[w] == 3;
-      EXPECT_EQ(got.host().blocks[w], skipped ? 0 : expected[w]);
-      EXPECT_FLOAT_EQ(got.gates[w].item<float>(), probs[w][expected[w]].item<float>());
+      const bool skipped = k.expected[w] == 3;
+      EXPECT_EQ(got.host().blocks[w], skipped ? 0 : k.expected[w]);
+      EXPECT_FLOAT_EQ(got.gates[w].item<float>(), probs[w][k.expected[w]].item<float>());
       EXPECT_FLOAT_EQ(got.update_gates()[w].item<float>(),
-                      skipped ? 0.0f : probs[w][expected[w]].item<float>());
+                      skipped ? 0.0f : probs[w][k.expected[w]].item<float>());
     }
   }
-  // Without the skip, 4 probabilities need 4 biases.
-  EXPECT_THROW(select_experts(probs, bias, BalanceSpace::kProbs, 1, ordinals, nullptr, false),
-               Error);
+  // 4 choices need 4 biases, with or without the skip.
+  EXPECT_THROW(
+      select_experts(probs, torch::zeros({3}), BalanceSpace::kProbs, 1, ordinals, nullptr, true),
+      Error);
+  // The router's bias per depth: the experts' row, then 0 for the skip, or the skip's own bias
+  // with router_skip_share (entry l with balance_per_depth).
+  auto c = tiny_config();
+  c.core_depth = 3;
+  c.library_size = 3;
+  c.router_skip = true;
+  for (bool per_depth : {false, true}) {
+    c.balance_per_depth = per_depth;
+    c.router_skip_share = 0;
+    Router plain(c);
+    EXPECT_FALSE(plain->skip_bias.defined());
+    plain->balance_bias.fill_(0.25);
+    EXPECT_TRUE(torch::equal(plain->depth_bias(2), torch::tensor({0.25f, 0.25f, 0.25f, 0.0f})));
+    c.router_skip_share = 0.5;
+    Router steered(c);
+    ASSERT_EQ(steered->skip_bias.sizes().vec(), std::vector<int64_t>{per_depth ? 3 : 1});
+    steered->skip_bias.copy_(per_depth ? torch::tensor({-1.0f, -2.0f, -3.0f})
+                                       : torch::tensor({-2.0f}));
+    EXPECT_TRUE(torch::equal(steered->depth_bias(2), torch::tensor({0.0f, 0.0f, 0.0f, -2.0f})));
+    EXPECT_EQ(steered->depth_bias(3)[3].item<float>(), per_depth ? -3.0f : -2.0f);
+  }
   // A forced path may name the skip only when the model has one.
   ForcedPath path;
   path.depths[1][0] = {3, std::nullopt};
@@ -418,6 +451,41 @@ TEST(GoldenRouting, PerDepthBiasMatchesTheReference) {
   const auto per_depth = model->forward(layout).logits;
   bias.copy_(bias[0].unsqueeze(0).expand({3, 4}).clone());
   EXPECT_GT(max_abs_diff(per_depth, model->forward(layout).logits), 1e-5);
+}
+
+// router_skip_share: the skip's own bias (one, or one per depth) moves windows to and from the
+// skip, in the engine's forward and in the reference alike. Over the biases tried, some forward
+// skips part of its windows (neither none nor all), so the check sees the bias decide.
+TEST(GoldenRouting, SkipBiasMatchesTheReference) {
+  std::mt19937 rng(79);
+  for (bool per_depth : {false, true}) {
+    auto c = tiny_config();
+    c.core_depth = 3;
+    c.library_size = 3;
+    c.router_skip = true;
+    c.router_skip_share = 0.25;
+    c.balance_per_depth = per_depth;
+    SCOPED_TRACE(c.to_json().dump());
+    auto model = make_model(c, 44);
+    const auto docs = testing::random_documents(rng, c, 8);
+    const Layout layout(make_batch(docs, true), c.vocab_size, testing::device());
+    torch::NoGradGuard no_grad;
+    auto skip_bias = model->named_buffers()["router.skip_bias"];  // shares the buffer
+    ASSERT_EQ(skip_bias.sizes().vec(), std::vector<int64_t>{per_depth ? 3 : 1});
+    bool partial = false;
+    for (float b : {-0.3f, -0.1f, -0.03f, 0.0f, 0.03f, 0.1f, 0.3f}) {
+      skip_bias.copy_(per_depth ? torch::tensor({b, -b, b / 2}) : torch::tensor({b}));
+      int64_t skipped = 0, windows = 0;
+      for (const auto& r : model->forward(layout).routes)
+        for (auto e : r.host().experts) {
+          skipped += e == c.library_size;
+          ++windows;
+        }
+      partial = partial || (skipped > 0 && skipped < windows);
+      expect_matches_reference(c, model, testing::random_documents(rng, c, 3), /*pack=*/true);
+    }
+    EXPECT_TRUE(partial);
+  }
 }
 
 // Top-1 selection as tensor operations (no host copy, so a GPU keeps its routes on the device)

@@ -151,9 +151,17 @@ torch::Tensor routed_core(const Context& ctx, torch::Tensor x, const torch::Tens
       auto logits = torch::matmul(R, r);
       auto probs = torch::softmax(logits, 0);
       // One bias for the router, or row l of the (D, L) bias with balance_per_depth; the skip
-      // (choice L, router_skip) takes none.
+      // (choice L, router_skip) takes router.skip_bias (entry l with balance_per_depth) where the
+      // model steers it (router_skip_share), else none.
       auto depth_bias = bias.dim() == 2 ? bias[l - 1] : bias;
-      if (c.router_skip) depth_bias = torch::cat({depth_bias, torch::zeros({1}, torch::kFloat64)});
+      if (c.router_skip) {
+        auto on_skip = torch::zeros({1}, torch::kFloat64);
+        if (c.router_skip_share > 0) {
+          auto skip_bias = ctx.get("router.skip_bias");
+          on_skip = skip_bias[c.balance_per_depth ? l - 1 : 0].reshape({1});
+        }
+        depth_bias = torch::cat({depth_bias, on_skip});
+      }
       auto scored = scores(c, logits, probs) + depth_bias;
       auto sorted = std::get<0>(scored.sort(0, /*descending=*/true));
       int64_t expert = scored.argmax().item<int64_t>();

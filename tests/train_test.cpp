@@ -549,7 +549,7 @@ TEST(Balancing, BiasMovesLoadTowardUniform) {
       if (step >= 100)  // the load it settles at
         for (size_t r = 0; r < biases.size(); ++r)
           for (int m = 0; m < 4; ++m) last_load[r][m] += loads.loads[r][m];
-      apply_balance(model->core(), loads, c.balance_rate);
+      apply_balance(model->core(), loads, c.balance_rate, c.router_skip_share);
     }
     for (size_t r = 0; r < biases.size(); ++r) {
       EXPECT_EQ(first_load[r][1] + first_load[r][2] + first_load[r][3], 0.0)
@@ -657,8 +657,9 @@ TEST(Balancing, GateLoadsAreTheGatesOfTheWindowsEachExpertRan) {
   }
 }
 
-// router_skip: a window routed to the skip is no load on any expert (the bias leaves the skip
-// alone); every other window of ordinal >= 1 counts 1 for its expert, as without the skip.
+// router_skip: a window routed to the skip is no load on any expert; every other window of
+// ordinal >= 1 counts 1 for its expert, as without the skip. The skip's share counts the same
+// windows: all of ordinal >= 1, and those of them that skipped.
 TEST(Balancing, TheSkipIsNoLoad) {
   auto c = train_model_config(Family::kLol);
   c.core_depth = 4;
@@ -690,6 +691,54 @@ TEST(Balancing, TheSkipIsNoLoad) {
   model->core().count_loads(routes, loads);
   ASSERT_EQ(loads.loads.size(), 1u);
   EXPECT_EQ(loads.loads[0], expected);
+  const double counted = expected[0] + expected[1] + expected[2] + expected[3] + skipped;
+  EXPECT_EQ(loads.counted, std::vector<double>{counted});
+  EXPECT_EQ(loads.skipped, std::vector<double>{static_cast<double>(skipped)});
+  EXPECT_DOUBLE_EQ(skip_share(loads), skipped / counted);
+}
+
+// router_skip_share: the skip's bias steers the share of counted windows that skip toward the
+// target, from above (a bias that sends every window to the skip) and from below (one that sends
+// none), with one bias for the router and one per depth; the experts' biases still balance. The
+// router is scaled up so that windows score apart: where every window scores alike, a step of the
+// bias moves all of them at once and the share swings between none and all.
+TEST(Balancing, TheSkipBiasSteersTheSkipShare) {
+  for (bool per_depth : {false, true})
+    for (float start : {0.3f, -0.3f}) {
+      SCOPED_TRACE(std::string(per_depth ? "per depth" : "one bias") + ", skip bias " +
+                   std::to_string(start));
+      auto c = train_model_config(Family::kLol);
+      c.core_depth = 3;
+      c.library_size = 4;
+      c.router_skip = true;
+      c.router_skip_share = 0.25;
+      c.balance_per_depth = per_depth;
+      c.balance_rate = 0.005;
+      auto model = testing::make_model(c, 8, 300.0);
+      const auto layout = strategy_layout(c);
+      const auto skips = model->core().skip_biases();
+      ASSERT_EQ(skips.size(), per_depth ? 3u : 1u);
+      torch::NoGradGuard no_grad;
+      for (auto b : skips) b.fill_(start);
+      double first = -1, settled = 0;
+      std::vector<double> settled_rows(skips.size(), 0.0);
+      for (int step = 0; step < 300; ++step) {
+        BalanceLoads loads;
+        model->core().count_loads(model->forward(layout).routes, loads);
+        ASSERT_EQ(loads.counted.size(), skips.size());
+        if (step == 0) first = skip_share(loads);
+        if (step >= 200) {
+          settled += skip_share(loads) / 100;
+          for (size_t r = 0; r < skips.size(); ++r)
+            settled_rows[r] += loads.skipped[r] / loads.counted[r] / 100;
+        }
+        apply_balance(model->core(), loads, c.balance_rate, c.router_skip_share);
+      }
+      EXPECT_EQ(first, start > 0 ? 1.0 : 0.0);
+      EXPECT_NEAR(settled, 0.25, 0.08);
+      for (size_t r = 0; r < skips.size(); ++r) EXPECT_NEAR(settled_rows[r], 0.25, 0.12) << r;
+      for (auto b : model->core().balance_biases()) EXPECT_NEAR(b.sum().item<double>(), 0.0, 1e-5);
+    }
 }
 
 // A moe core reads every block's loads in one transfer: each block's row is that block's own
@@ -797,6 +846,40 @@ TEST(Training, MetricsGiveEachDepthsLoadWhenEachDepthIsBalanced) {
   }
 }
 
+// With a steered skip, each step's metrics give the share of counted windows that skipped and
+// the skip's bias after the step's update: it moves by the balancing rate at each step, down
+// while more windows skip than the target, up while fewer do; the model keeps the last value.
+TEST(Training, MetricsFollowTheSteeredSkip) {
+  auto c = train_model_config(Family::kLol);
+  c.core_depth = 3;
+  c.library_size = 4;
+  c.router_skip = true;
+  c.router_skip_share = 0.5;
+  c.balance_rate = 0.01;
+  auto config = small_run();
+  config.steps = 4;
+  auto dir = temp_dir("steered_skip_metrics");
+  LanguageModel model(c);
+  model->initialize(4);
+  Trainer trainer(model, config, dir.string(), testing::device());
+  std::vector<StepMetrics> steps;
+  trainer.run({}, [&](const StepMetrics& m) { steps.push_back(m); });
+  ASSERT_EQ(steps.size(), 4u);
+  double bias = 0;
+  for (const auto& m : steps) {
+    ASSERT_TRUE(m.skip_share.has_value());
+    EXPECT_GE(*m.skip_share, 0.0);
+    EXPECT_LE(*m.skip_share, 1.0);
+    ASSERT_EQ(m.skip_bias.size(), 1u);
+    const double expected = bias + c.balance_rate * ((*m.skip_share < 0.5) - (*m.skip_share > 0.5));
+    EXPECT_NEAR(m.skip_bias[0], expected, 1e-6) << "step " << m.step;
+    bias = m.skip_bias[0];
+    EXPECT_EQ(m.to_json().at("skip_share").get<double>(), *m.skip_share);
+  }
+  EXPECT_EQ(model->core().skip_biases().at(0).item<float>(), static_cast<float>(bias));
+  remove_tree(dir.string());
+}
+
 // A window of metrics by hand: means of the per-step figures, the tokens over the wall time,
 // counts summed, the last step's state; an empty window has nothing to summarise.
 TEST(Training, MetricsWindowAveragesSumsAndKeepsTheLastState) {
@@ -817,6 +900,8 @@ TEST(Training, MetricsWindowAveragesSumsAndKeepsTheLastState) {
   a.load_entropy = 0.6, b.load_entropy = 0.4;
   a.agreement = 1.0, b.agreement = 0.5;
   a.bias_max = 0.1, b.bias_max = 0.3;
+  a.skip_share = 0.25, b.skip_share = 0.5;
+  a.skip_bias = {0.01}, b.skip_bias = {-0.01};
   a.comm_bytes = 10, b.comm_bytes = 10;
   a.comm_buckets = 3, b.comm_buckets = 4;
   b.eval_loss = 2.5;
@@ -836,6 +921,9 @@ TEST(Training, MetricsWindowAveragesSumsAndKeepsTheLastState) {
   EXPECT_DOUBLE_EQ(m.load_entropy, 0.5);
   EXPECT_DOUBLE_EQ(m.agreement, 0.75);
   EXPECT_DOUBLE_EQ(m.bias_max, 0.3);
+  EXPECT_DOUBLE_EQ(m.skip_share.value(), 0.375);
+  EXPECT_EQ(m.skip_bias, std::vector<double>{-0.01});
+  EXPECT_EQ(m.to_json().at("skip_bias"), json({-0.01}));
   EXPECT_EQ(m.comm_bytes, 10);
   EXPECT_EQ(m.comm_buckets, 4);  // 3.5 rounded
   EXPECT_EQ(m.eval_loss, 2.5);

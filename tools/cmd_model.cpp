@@ -261,6 +261,10 @@ void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
       std::cout << "  (a range of 1 is the most a bias on the probabilities can do: the expert "
                    "lowest in it runs only where its probability leads by nearly 1; "
                    "balance_space=logits has no such limit)\n";
+    print_rows("skip bias",
+               "router_skip_share=" + json(config.router_skip_share).dump() +
+                   (config.balance_per_depth ? "; per depth 1..D" : ""),
+               trained.skip_bias, true, false);
     print_rows("FiLM", "rms over d_model per depth 1..D (0 at initialisation)", trained.film, false,
                false);
     print_rows("router depth vectors", "|e[l]| per depth 1..D", trained.depth_vectors, false,

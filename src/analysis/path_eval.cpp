@@ -140,10 +140,12 @@ std::optional<ForcedPath> condition_path(const EvalCondition& condition,
 
 namespace {
 
-// The model's balancing biases (Core::balance_biases) at zero while this lives, restored after.
+// The model's balancing biases (Core::balance_biases, and the skip's, Core::skip_biases) at zero
+// while this lives, restored after.
 class BiasAtZero {
  public:
   explicit BiasAtZero(LanguageModel& model) : biases_(model->core().balance_biases()) {
+    for (auto& b : model->core().skip_biases()) biases_.push_back(b);
     torch::NoGradGuard no_grad;
     for (auto& b : biases_) {
       saved_.push_back(b.clone());

@@ -86,6 +86,7 @@ StrategyControl measure_strategy_control(LanguageModel& model, torch::Device dev
                                          const StrategyControlOptions& o,
                                          const std::function<void(const EvalSample&)>& sink) {
   StrategyControl out;
+  out.router_skip = model->config().router_skip;
   const auto mode = task_mode_paths(model, o);
   const auto& paths = mode.paths;
   out.paths = paths;
@@ -195,6 +196,13 @@ svg::Heatmap confusion_map(const tasks::ScoreSummary& s, tasks::Kind kind,
 // The routing figures of each checkpoint against tokens: the distinct mode paths by each rule
 // as a share of the strategies, the skipped windows, and the bias's share of the windows,
 // overall and per depth.
+// What the curve counts as skipped: a gate below kSkipGate, and the skip where a model has one.
+std::string skipped_text(const std::vector<StrategyControl>& curve) {
+  const bool skip = std::any_of(curve.begin(), curve.end(),
+                                [](const StrategyControl& c) { return c.router_skip; });
+  return "a gate below " + skip_gate_text() + (skip ? " or routed to the skip" : "");
+}
+
 svg::Scatter routing_scatter(const std::vector<StrategyControl>& curve) {
   svg::Scatter s;
   s.title = "Routes along training";
@@ -202,7 +210,7 @@ svg::Scatter routing_scatter(const std::vector<StrategyControl>& curve) {
   s.y_title = "share";
   s.lines = true;
   s.groups = {"distinct paths / strategies: SPEC rule", "distinct paths / strategies: routed rule",
-              "skipped (gate below " + skip_gate_text() + ")", "bias decided: all depths"};
+              "skipped (" + skipped_text(curve) + ")", "bias decided: all depths"};
   size_t depths = 0;
   for (const auto& c : curve) depths = std::max(depths, c.bias_decided_by_depth.size());
   for (size_t l = 1; l <= depths; ++l)
@@ -319,8 +327,8 @@ std::string strategy_curve_html(const std::vector<StrategyControl>& curve, tasks
       "is not the router's top choice, so the balancing bias chose it (over all depths and per "
       "depth), and the strategies whose mode paths differ, out of all of them, by SPEC 3.6's "
       "rule (the router's mean probability) and by the routed rule (the expert the windows "
-      "ran), and the windows run with a gate below " +
-          skip_gate_text() +
+      "ran), and the windows run with " +
+          skipped_text(curve) +
           " (skips). Routed above SPEC: the bias, not the router, tells some strategies apart.");
   body += svg::html_table(curve_header(), curve_rows(curve));
   if (!curve.empty()) {

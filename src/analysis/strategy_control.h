@@ -43,6 +43,7 @@ struct TaskModePaths {
 
 struct StrategyControl {
   int64_t step = 0, tokens = 0;  // where the checkpoint stood (0 for a bare model)
+  bool router_skip = false;      // the model may route to the skip (counted among the skipped)
   int64_t labels = 0;            // strategies with a mode path
   int64_t distinct_paths = 0;    // of those, how many force different experts somewhere
   // The same count by each rule, the bias's share of the windows and the skips (TaskModePaths).

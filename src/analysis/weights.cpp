@@ -47,8 +47,9 @@ bool bias_at_probability_limit(const std::vector<double>& bias) {
 }
 
 bool is_routing_weight(const std::string& name) {
-  return ends_with(name, "balance_bias") || ends_with(name, "router.weight") ||
-         name == "router.depth_vectors" || name.rfind("core.film.", 0) == 0;
+  return ends_with(name, "balance_bias") || name == "router.skip_bias" ||
+         ends_with(name, "router.weight") || name == "router.depth_vectors" ||
+         name.rfind("core.film.", 0) == 0;
 }
 
 RoutingWeights routing_weights(const TensorMap& tensors) {
@@ -61,6 +62,10 @@ RoutingWeights routing_weights(const TensorMap& tensors) {
       for (size_t r = 0; r < rows.size(); ++r)
         w.balance_bias.push_back(
             {tensor.dim() == 2 ? name + "[" + std::to_string(r + 1) + "]" : name, rows[r]});
+    } else if (name == "router.skip_bias") {
+      LOL_CHECK(tensor.dim() == 1, name, ": the skip's bias is [1] or [D], got ", tensor.dim(),
+                " dimensions");
+      w.skip_bias.push_back({name, to_vector(tensor.to(torch::kFloat64))});
     } else if (ends_with(name, "router.weight")) {
       LOL_CHECK(tensor.dim() == 2 || tensor.dim() == 3, name,
                 ": a router weight is [L, d] or [R, L, d], got ", tensor.dim(), " dimensions");
@@ -91,7 +96,8 @@ RoutingWeights routing_weights(const TensorMap& tensors) {
 }
 
 bool RoutingWeights::empty() const {
-  return balance_bias.empty() && film.empty() && depth_vectors.empty() && router_rows.empty();
+  return balance_bias.empty() && skip_bias.empty() && film.empty() && depth_vectors.empty() &&
+         router_rows.empty();
 }
 
 json RoutingWeights::to_json() const {
@@ -112,6 +118,7 @@ json RoutingWeights::to_json() const {
     return g;
   };
   if (!balance_bias.empty()) j["balance_bias"] = grouped(balance_bias, true);
+  if (!skip_bias.empty()) j["skip_bias"] = skip_bias.front().values;
   if (!film.empty()) {
     json& f = j["film_rms"] = json::object();
     for (const auto& r : film) f[r.name] = r.values;

@@ -22,6 +22,9 @@ struct RoutingWeights {
   // The balancing bias as stored, one row per balanced router ("router.balance_bias";
   // "...[l]" per depth with balance_per_depth; one per MoE layer).
   std::vector<WeightRow> balance_bias;
+  // The skip's bias (router_skip_share): one row, "router.skip_bias", one figure per depth with
+  // balance_per_depth.
+  std::vector<WeightRow> skip_bias;
   // Per depth: rms over d_model of gamma - 1 and of beta ("attn.gamma - 1", "attn.beta",
   // "ffn.gamma - 1", "ffn.beta").
   std::vector<WeightRow> film;
@@ -32,7 +35,7 @@ struct RoutingWeights {
   std::vector<WeightRow> router_rows;
 
   bool empty() const;
-  // {"balance_bias": {name: row or [rows]}, "film_rms": {row name: row},
+  // {"balance_bias": {name: row or [rows]}, "skip_bias": [...], "film_rms": {row name: row},
   //  "router_depth_vector_norms": [...],
   //  "router_row_norms": {name: [rows]}}; keys only for what the model has.
   json to_json() const;

@@ -64,6 +64,8 @@ const std::vector<Field<ModelConfig>>& ModelConfig::fields() {
       field("balance_space", &C::balance_space, "where the balancing bias is added"),
       field("balance_per_depth", &C::balance_per_depth, "one balancing bias per routed depth"),
       field("router_skip", &C::router_skip, "a skip choice beside the library (lol)"),
+      field("router_skip_share", &C::router_skip_share,
+            "share of windows the skip's bias steers toward (lol, router_skip)"),
       field("rope_theta", &C::rope_theta, "rotary base"),
       field("norm_eps", &C::norm_eps, "RMSNorm epsilon"),
       field("tie_embeddings", &C::tie_embeddings, "tie LM head to embedding"),
@@ -126,6 +128,10 @@ void ModelConfig::validate() const {
   switch (family) {
     case Family::kLol:
       check_range("library_size", library_size, 1, kMaxCount);
+      LOL_CHECK(std::isfinite(router_skip_share) && router_skip_share >= 0 && router_skip_share < 1,
+                "router_skip_share must be in [0, 1), got ", router_skip_share);
+      LOL_CHECK(router_skip_share == 0 || router_skip,
+                "router_skip_share needs router_skip=true (a skip choice to steer)");
       break;
     case Family::kDense:
       break;

@@ -173,10 +173,15 @@ void LolCore::count_loads(const std::vector<RouteDecisions>& routes, BalanceLoad
   const int64_t rows = config_.balance_per_depth ? config_.core_depth : 1;
   loads.loads.resize(rows);
   for (auto& load : loads.loads) load.resize(L, 0.0);
+  if (config_.router_skip) {
+    loads.counted.resize(rows, 0.0);
+    loads.skipped.resize(rows, 0.0);
+  }
   if (routes.empty()) return;
-  // On the device, then one transfer: per (row, expert) the windows (or tokens) it took, and how
-  // many decisions kept the router's own top choice.
-  std::vector<torch::Tensor> slots, weights, agreed;
+  // On the device, then one transfer: per (row, expert) the windows (or tokens) it took, how
+  // many decisions kept the router's own top choice, and per row the windows counted and
+  // skipped.
+  std::vector<torch::Tensor> slots, weights, agreed, skip_rows, counted, skipped;
   for (const auto& r : routes) {
     const auto& part = *r.partition;
     // windows: 1 per decision; tokens: its non-padding tokens; gates: its gate alpha, the share
@@ -194,25 +199,53 @@ void LolCore::count_loads(const std::vector<RouteDecisions>& routes, BalanceLoad
                              torch::dtype(torch::kFloat64).device(r.experts.device()));
         break;
     }
-    if (!config_.balance_window0) weight = weight * (part.ordinals_t != 0);
-    // A skip is no load: it adds 0 to expert 0's slot.
-    if (r.skip >= 0) weight = weight * (r.experts != r.skip);
+    const auto in_load = config_.balance_window0
+                             ? torch::ones_like(part.ordinals_t, torch::kFloat64)
+                             : (part.ordinals_t != 0).to(torch::kFloat64);
+    weight = weight * in_load;
     const int64_t row = rows > 1 ? (r.depth - 1) % config_.core_depth : 0;
+    if (r.skip >= 0) {
+      // A skip is no load: it adds 0 to expert 0's slot. It counts toward the skip's share.
+      const auto skips = (r.experts == r.skip).to(torch::kFloat64) * in_load;
+      weight = weight * (1 - skips);
+      skip_rows.push_back(torch::full({2}, 2 * row, r.experts.options()) +
+                          torch::arange(2, r.experts.options()));
+      counted.push_back(in_load.sum());
+      skipped.push_back(skips.sum());
+    }
     slots.push_back(r.block_ids() + row * L);
     weights.push_back(weight);
     agreed.push_back(r.probs.detach().argmax(1) == r.experts);
     loads.decisions += r.experts.size(0);
   }
   const auto all = torch::cat(slots);
-  auto counted =
-      torch::cat({torch::zeros({rows * L}, torch::dtype(torch::kFloat64).device(all.device()))
-                      .index_add_(0, all, torch::cat(weights)),
-                  torch::cat(agreed).sum().to(torch::kFloat64).reshape({1})})
-          .to(torch::kCPU);
-  const double* c = counted.data_ptr<double>();
+  const auto f64 = torch::dtype(torch::kFloat64).device(all.device());
+  std::vector<torch::Tensor> parts = {
+      torch::zeros({rows * L}, f64).index_add_(0, all, torch::cat(weights)),
+      torch::cat(agreed).sum().to(torch::kFloat64).reshape({1})};
+  if (!skip_rows.empty()) {
+    // (counted, skipped) of each row, interleaved.
+    auto pairs = torch::stack({torch::stack(counted), torch::stack(skipped)}, 1).view({-1});
+    parts.push_back(torch::zeros({2 * rows}, f64).index_add_(0, torch::cat(skip_rows), pairs));
+  }
+  const auto host = torch::cat(parts).to(torch::kCPU);
+  const double* c = host.data_ptr<double>();
   for (int64_t row = 0; row < rows; ++row)
     for (int64_t m = 0; m < L; ++m) loads.loads[row][m] += c[row * L + m];
   loads.agreements += static_cast<int64_t>(c[rows * L]);
+  if (!skip_rows.empty())
+    for (int64_t row = 0; row < rows; ++row) {
+      loads.counted[row] += c[rows * L + 1 + 2 * row];
+      loads.skipped[row] += c[rows * L + 2 + 2 * row];
+    }
+}
+
+std::vector<torch::Tensor> LolCore::skip_biases() const {
+  const auto& bias = router_->skip_bias;
+  if (!bias.defined()) return {};
+  std::vector<torch::Tensor> out;
+  for (int64_t l = 0; l < bias.size(0); ++l) out.push_back(bias.narrow(0, l, 1));
+  return out;
 }
 
 std::vector<torch::Tensor> LolCore::balance_biases() const {

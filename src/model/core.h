@@ -64,6 +64,9 @@ struct BalanceLoads {
       loads;               // per balanced router (Core::balance_biases order), per expert
   int64_t decisions = 0;   // routing decisions counted for the agreement rate
   int64_t agreements = 0;  // ... where the router's own top choice (no bias) was used
+  // With a skip choice (router_skip), per balanced router: the windows the load counts (window 0
+  // only with balance_window0), and those of them that took the skip. Empty without the skip.
+  std::vector<double> counted, skipped;
 };
 
 // What cached decoding needs from a core that routes windows (SPEC 1.4, 4.1): router inputs
@@ -106,6 +109,9 @@ class Core {
   virtual void count_loads(const std::vector<RouteDecisions>& routes,
                            BalanceLoads& loads) const = 0;
   virtual std::vector<torch::Tensor> balance_biases() const = 0;
+  // The skip's bias of each balanced router (router_skip_share), in the same order: one-element
+  // views that the trainer moves in place. Empty where nothing steers the skip.
+  virtual std::vector<torch::Tensor> skip_biases() const { return {}; }
 };
 
 // Builds the core of config.family, registers its parameters on `model` and their roles.
@@ -128,6 +134,7 @@ class LolCore : public Core, public WindowRouting {
   const WindowRouting* routing() const override { return this; }
   void count_loads(const std::vector<RouteDecisions>& routes, BalanceLoads& loads) const override;
   std::vector<torch::Tensor> balance_biases() const override;
+  std::vector<torch::Tensor> skip_biases() const override;
 
   torch::Tensor router_inputs(const torch::Tensor& first_states,
                               const torch::Tensor& closed_mean_sums,

@@ -96,6 +96,9 @@ RouterImpl::RouterImpl(const ModelConfig& c)
   balance_bias = register_buffer("balance_bias", c.balance_per_depth
                                                      ? torch::zeros({c.core_depth, c.library_size})
                                                      : torch::zeros({c.library_size}));
+  if (c.router_skip_share > 0)
+    skip_bias = register_buffer("skip_bias",
+                                torch::zeros({c.balance_per_depth ? c.core_depth : int64_t{1}}));
   roles.set("weight", ParamRole::kRouter);
   roles.set("depth_vectors", ParamRole::kDepthVector);
 }
@@ -110,7 +113,12 @@ torch::Tensor window_inputs(const torch::Tensor& first_states, const torch::Tens
 }  // namespace
 
 torch::Tensor RouterImpl::depth_bias(int64_t depth) const {
-  return balance_bias.dim() == 2 ? balance_bias[depth - 1] : balance_bias;
+  auto experts = balance_bias.dim() == 2 ? balance_bias[depth - 1] : balance_bias;
+  if (!skip) return experts;
+  auto on_skip = !skip_bias.defined()     ? experts.new_zeros({1})
+                 : skip_bias.size(0) == 1 ? skip_bias
+                                          : skip_bias.narrow(0, depth - 1, 1);
+  return torch::cat({experts, on_skip});
 }
 
 torch::Tensor RouterImpl::decode_inputs(const torch::Tensor& first_states,
@@ -265,17 +273,14 @@ RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& b
                               BalanceSpace space, int64_t depth, const torch::Tensor& ordinals,
                               const ForcedPath* force, bool skip) {
   const int64_t num_windows = probs.size(0), L = probs.size(1);
-  LOL_CHECK(bias.dim() == 1 && bias.size(0) + (skip ? 1 : 0) == L, "select_experts: ", L,
-            " route choices need a bias of ", L - (skip ? 1 : 0), skip ? " (and the skip)" : "",
-            ", got ", bias.sizes());
+  LOL_CHECK(bias.dim() == 1 && bias.size(0) == L, "select_experts: ", L,
+            " route choices need a bias of ", L, ", got ", bias.sizes());
   const auto device = probs.device();
   RouteDecisions out;
   out.depth = depth;
   out.skip = skip ? L - 1 : -1;
   out.probs = probs;
-  // The skip takes no bias: its score is the router's own.
-  auto biased =
-      balanced_scores(probs, skip ? torch::cat({bias, bias.new_zeros({1})}) : bias, space);
+  auto biased = balanced_scores(probs, bias, space);
   out.router_choice = biased.argmax(1);  // the first maximum, on every device
   if (L > 1) {
     auto top = std::get<0>(biased.topk(2, 1)).to(torch::kFloat64);

@@ -107,8 +107,8 @@ torch::Tensor balanced_scores(const torch::Tensor& probs, const torch::Tensor& b
 // first maximum on ties), then the forced path; alpha = p of the chosen expert unless the gate
 // is forced. One row per window, `ordinals` (windows) int64 its window ordinal, on the device of
 // `probs`. Tensor operations only: nothing waits for the device. Fills every RouteDecisions
-// field but partition and inputs. probs (windows, C), bias (L): C = L, or C = L + 1 with `skip`,
-// the last choice the skip, which the bias leaves alone (its score is p or log p alone).
+// field but partition and inputs. probs and bias over the C choices: C = L, or C = L + 1 with
+// `skip`, the last choice the skip (RouterImpl::depth_bias).
 RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& bias,
                               BalanceSpace space, int64_t depth, const torch::Tensor& ordinals,
                               const ForcedPath* force, bool skip);
@@ -130,7 +130,10 @@ struct RouterImpl : torch::nn::Module {
   torch::Tensor weight;         // (R, C, d): R = 1 tied, R = D untied; C = L (+ 1 skip)
   torch::Tensor depth_vectors;  // (D, d): e[l]
   torch::Tensor balance_bias;   // (L) buffer, (D, L) with balance_per_depth
-  // The bias that depth l's selection adds: balance_bias, or its row l with balance_per_depth.
+  torch::Tensor skip_bias;      // (1) buffer, (D) with balance_per_depth: router_skip_share > 0
+  // The bias that depth l's selection adds to each of the C choices: balance_bias (its row l with
+  // balance_per_depth), then with router_skip the skip's: skip_bias (its entry l), or 0 without a
+  // router_skip_share (the skip's score is then the router's own).
   torch::Tensor depth_bias(int64_t depth) const;
   BalanceSpace balance_space;
   bool skip;  // the last of the C choices is the skip (router_skip)

@@ -20,11 +20,30 @@ void update_bias(torch::Tensor bias, const std::vector<double>& load, double rat
 }
 }  // namespace
 
-void apply_balance(const Core& core, const BalanceLoads& loads, double rate) {
+void apply_balance(const Core& core, const BalanceLoads& loads, double rate, double skip_share) {
   const auto biases = core.balance_biases();
   LOL_CHECK(loads.loads.empty() || loads.loads.size() == biases.size(),
             "balancing: ", loads.loads.size(), " loads for ", biases.size(), " biases");
   for (size_t i = 0; i < loads.loads.size(); ++i) update_bias(biases[i], loads.loads[i], rate);
+  const auto skips = core.skip_biases();
+  if (skips.empty() || loads.counted.empty()) return;
+  LOL_CHECK(loads.counted.size() == skips.size() && loads.skipped.size() == skips.size(),
+            "balancing: ", loads.counted.size(), " skip counts for ", skips.size(), " skip biases");
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < skips.size(); ++i) {
+    if (loads.counted[i] <= 0) continue;  // a depth past the executed one decided nothing
+    const double share = loads.skipped[i] / loads.counted[i];
+    skips[i].add_(rate * ((share < skip_share) - (share > skip_share)));
+  }
+}
+
+double skip_share(const BalanceLoads& loads) {
+  double counted = 0, skipped = 0;
+  for (size_t i = 0; i < loads.counted.size(); ++i) {
+    counted += loads.counted[i];
+    skipped += loads.skipped[i];
+  }
+  return counted > 0 ? skipped / counted : 0.0;
 }
 
 double load_entropy(const std::vector<double>& load) {

@@ -25,6 +25,8 @@ json StepMetrics::to_json() const {
     j["bias_min"] = bias_min;
     j["bias_max"] = bias_max;
     j["router_agreement"] = agreement;
+    if (skip_share) j["skip_share"] = *skip_share;
+    if (!skip_bias.empty()) j["skip_bias"] = skip_bias;
   }
   if (comm_bytes > 0) {
     j["comm_seconds"] = comm_seconds;
@@ -68,6 +70,7 @@ void MetricsWindow::add(const StepMetrics& m) {
   sum_.load_entropy += s.load_entropy;
   sum_.load_entropy_min += s.load_entropy_min;
   sum_.agreement += s.agreement;
+  if (sum_.skip_share && s.skip_share) *sum_.skip_share += *s.skip_share;
   sum_.comm_seconds += s.comm_seconds;
   sum_.comm_bytes += s.comm_bytes;
   sum_.comm_buckets += s.comm_buckets;
@@ -90,6 +93,7 @@ StepMetrics MetricsWindow::take() {
   m.load_entropy /= n;
   m.load_entropy_min /= n;
   m.agreement /= n;
+  if (m.skip_share) *m.skip_share /= n;
   for (auto& x : m.load) x /= n;
   m.comm_seconds /= n;
   m.comm_bytes = mean(m.comm_bytes);

@@ -20,6 +20,10 @@ struct StepMetrics {
   // the step (all ranks), and the least balanced one's entropy (train/balance.h).
   std::vector<std::vector<double>> load_counts_by_router;
   double load_entropy_min = 0;
+  // With router_skip: the share of counted windows that took the skip; with router_skip_share,
+  // the skip's bias of each balanced router.
+  std::optional<double> skip_share;
+  std::vector<double> skip_bias;
   double total_flops = 0;  // training FLOPs so far, counted with the grown depth
   // Data parallel: seconds this rank spent in collectives this step, and bytes it reduced.
   double comm_seconds = 0;
@@ -32,9 +36,10 @@ struct StepMetrics {
 
 // The steps since the last line of metrics.jsonl, summarised into the next line
 // (docs/training.md): the loss, gradient norm, loads, entropies, router agreement and
-// communication figures are means per step; tokens_per_s is the window's tokens over its wall
-// time; the loads counted per router are summed; the learning rate, depth, FLOPs, bias range and
-// evaluation are those of the window's last step. A window of one step is that step's metrics.
+// skip share and communication figures are means per step; tokens_per_s is the window's tokens over
+// its wall time; the loads counted per router are summed; the learning rate, depth, FLOPs, bias
+// range and evaluation (and skip bias) are those of the window's last step. A window of one step is
+// that step's metrics.
 class MetricsWindow {
  public:
   void add(const StepMetrics& m);

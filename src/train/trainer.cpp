@@ -170,12 +170,16 @@ StepMetrics Trainer::train_step() {
     // Balance loads and router agreement over every rank's windows (SPEC 1.7).
     std::vector<double> flat;
     for (const auto& l : loads.loads) flat.insert(flat.end(), l.begin(), l.end());
+    flat.insert(flat.end(), loads.counted.begin(), loads.counted.end());
+    flat.insert(flat.end(), loads.skipped.begin(), loads.skipped.end());
     flat.push_back(static_cast<double>(loads.agreements));
     flat.push_back(static_cast<double>(loads.decisions));
     flat = dist_->sum(flat);
     size_t at = 0;
     for (auto& l : loads.loads)
       for (auto& x : l) x = flat[at++];
+    for (auto& x : loads.counted) x = flat[at++];
+    for (auto& x : loads.skipped) x = flat[at++];
     loads.agreements = static_cast<int64_t>(flat[at++]);
     loads.decisions = static_cast<int64_t>(flat[at++]);
   }
@@ -199,7 +203,7 @@ StepMetrics Trainer::train_step() {
     muon_->step(m.lr);
   }
   scope.emplace("balance");
-  apply_balance(model_->core(), loads, mc.balance_rate);
+  apply_balance(model_->core(), loads, mc.balance_rate, mc.router_skip_share);
   ++step_;
   m.step = step_;
   total_flops_ +=
@@ -217,6 +221,12 @@ StepMetrics Trainer::train_step() {
     m.agreement = loads.decisions
                       ? static_cast<double>(loads.agreements) / static_cast<double>(loads.decisions)
                       : 1.0;
+    if (!loads.counted.empty()) m.skip_share = skip_share(loads);
+    const auto skips = model_->core().skip_biases();
+    if (!skips.empty()) {
+      auto values = torch::cat(skips).to(torch::kCPU, torch::kFloat64).contiguous();
+      m.skip_bias.assign(values.data_ptr<double>(), values.data_ptr<double>() + values.numel());
+    }
   }
   scope.reset();
   const double seconds =
