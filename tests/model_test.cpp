@@ -308,6 +308,34 @@ TEST(Routing, TheSkipLeavesItsWindowAsItCame) {
   expect_matches_reference(c, model, docs, /*pack=*/true, &some);
 }
 
+// router_skip_renorm: the gates are softmaxes over the experts' logits alone, so the skip cannot
+// drain them: the router's skip row gets no gradient from the loss (its logit enters the
+// selection only; zero up to float rounding), while the experts' rows do; without renorm it does.
+TEST(Routing, TheSkipLeftOutOfTheGateTakesNoGradient) {
+  auto c = tiny_config();
+  c.core_depth = 3;
+  c.library_size = 3;
+  c.router_skip = true;
+  std::mt19937 rng(14);
+  const auto tokens = random_tokens(rng, 20, c.vocab_size);
+  for (bool renorm : {false, true}) {
+    c.router_skip_renorm = renorm;
+    auto model = make_model(c, 15, /*router_scale=*/1.0);  // gates away from 0 and 1
+    Layout layout(Batch::single(tokens, 2), c.vocab_size, testing::device());
+    model->zero_grad();
+    model->forward(layout).logits.pow(2).mean().backward();
+    const auto grad = model->named_parameters()["router.weight"].grad().abs();  // (1, 4, d)
+    const double experts = grad.narrow(1, 0, 3).max().item<double>();
+    const double skip = grad[0][3].max().item<double>();
+    EXPECT_GT(experts, 0.0) << renorm;
+    // Zero but for float rounding: the softmax's backward sums terms that cancel exactly.
+    if (renorm)
+      EXPECT_LT(skip, 1e-6 * experts);  // measured 3.5e-9 of it
+    else
+      EXPECT_GT(skip, 1e-2 * experts);  // measured 0.36 of it
+  }
+}
+
 // The skip's score is its probability plus its own bias: the experts' bias never moves it, and
 // without router_skip_share the router adds 0 there (RouterImpl::depth_bias). A skipped window
 // runs expert 0 at update gate 0; its reported gate stays p (or the forced gate).
@@ -331,7 +359,7 @@ TEST(Routing, TheSkipTakesOnlyItsOwnBias) {
                                          {BalanceSpace::kProbs, 0.45f, {3, 3, 3}}}) {
     SCOPED_TRACE(std::string(enum_name(k.space)) + " skip bias " + std::to_string(k.skip_bias));
     const auto bias = torch::tensor({0.5f, 0.0f, -0.5f, k.skip_bias});
-    auto got = select_experts(probs, bias, k.space, 1, ordinals, nullptr, /*skip=*/true);
+    auto got = select_experts(probs, bias, k.space, 1, ordinals, nullptr, {/*skip=*/true});
     EXPECT_EQ(got.skip, 3);
     EXPECT_EQ(got.host().experts, k.expected);
     for (size_t w = 0; w < 3; ++w) {
@@ -342,9 +370,24 @@ TEST(Routing, TheSkipTakesOnlyItsOwnBias) {
                       skipped ? 0.0f : probs[w][k.expected[w]].item<float>());
     }
   }
+  // router_skip_renorm: a routed window's gate is its p over the experts' total (row 1: 0.3 /
+  // 0.6), the gradient reaches the experts' probabilities alone (d alpha / d p_skip = 0 once the
+  // total is summed over the experts), and a skipped window's reported gate stays its p.
+  {
+    auto p = probs.clone().requires_grad_();
+    auto got = select_experts(p, torch::tensor({0.5f, 0.0f, -0.5f, 0.0f}), BalanceSpace::kProbs, 1,
+                              ordinals, nullptr, {/*skip=*/true, /*renorm=*/true});
+    ASSERT_EQ(got.host().experts, (std::vector<int64_t>{0, 3, 0}));
+    EXPECT_FLOAT_EQ(got.gates[0].item<float>(), 0.5f);
+    EXPECT_FLOAT_EQ(got.gates[1].item<float>(), 0.7f);
+    EXPECT_FLOAT_EQ(got.gates[2].item<float>(), 1.0f / 3);
+    got.gates[0].backward();
+    EXPECT_FLOAT_EQ(p.grad()[0][3].item<float>(), 0.0f);
+    EXPECT_FLOAT_EQ(p.grad()[0][0].item<float>(), 1 / 0.6f - 0.3f / (0.6f * 0.6f));
+  }
   // 4 choices need 4 biases, with or without the skip.
   EXPECT_THROW(
-      select_experts(probs, torch::zeros({3}), BalanceSpace::kProbs, 1, ordinals, nullptr, true),
+      select_experts(probs, torch::zeros({3}), BalanceSpace::kProbs, 1, ordinals, nullptr, {true}),
       Error);
   // The router's bias per depth: the experts' row, then 0 for the skip, or the skip's own bias
   // with router_skip_share (entry l with balance_per_depth).
@@ -514,9 +557,9 @@ TEST(Routing, SelectionOnTheDeviceMatchesAHostLoop) {
           std::vector<int64_t> ordinals(windows);
           for (auto& k : ordinals) k = static_cast<int64_t>(rng() % 9);
           auto dev_probs = probs.to(testing::device()).requires_grad_();
-          auto got = select_experts(dev_probs, bias.to(testing::device()), space, depth,
-                                    torch::tensor(ordinals).to(testing::device()), path,
-                                    /*skip=*/false);
+          auto got =
+              select_experts(dev_probs, bias.to(testing::device()), space, depth,
+                             torch::tensor(ordinals).to(testing::device()), path, SkipRule{});
           const auto& h = got.host();
           auto gates = got.gates.detach().to(torch::kCPU);
           ASSERT_EQ(h.experts.size(), static_cast<size_t>(windows));

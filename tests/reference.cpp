@@ -183,7 +183,12 @@ torch::Tensor routed_core(const Context& ctx, torch::Tensor x, const torch::Tens
         }
       }
       // The gate stays a tensor so gradients reach the router through it (SPEC 1.4).
-      auto gate = has_gate ? torch::tensor(gate_override, torch::kFloat64) : probs[expert];
+      // router_skip_renorm: a routed window's gate is its p among the experts.
+      const bool skipped = c.router_skip && expert == c.library_size;
+      auto gate = has_gate ? torch::tensor(gate_override, torch::kFloat64)
+                  : c.router_skip_renorm && !skipped
+                      ? probs[expert] / probs.narrow(0, 0, c.library_size).sum()
+                      : probs[expert];
       std::vector<int64_t> idx;
       for (int64_t i = 0; i < n; ++i)
         if (win[i] == k) idx.push_back(i);
@@ -193,7 +198,7 @@ torch::Tensor routed_core(const Context& ctx, torch::Tensor x, const torch::Tens
       for (auto i : idx) ro_w.push_back(ro[i]);
       const int64_t t = static_cast<int64_t>(idx.size());
       // The skip leaves the window's rows as they are.
-      if (!(c.router_skip && expert == c.library_size)) {
+      if (!skipped) {
         auto y =
             block(ctx, "library." + std::to_string(expert) + ".", xs, pos.index_select(0, idx_t),
                   ro_w, torch::ones({t, t}, torch::kBool), &film, false);

@@ -64,6 +64,8 @@ const std::vector<Field<ModelConfig>>& ModelConfig::fields() {
       field("balance_space", &C::balance_space, "where the balancing bias is added"),
       field("balance_per_depth", &C::balance_per_depth, "one balancing bias per routed depth"),
       field("router_skip", &C::router_skip, "a skip choice beside the library (lol)"),
+      field("router_skip_renorm", &C::router_skip_renorm,
+            "gate among the experts only, p_e / (1 - p_skip) (lol, router_skip)"),
       field("router_skip_share", &C::router_skip_share,
             "share of windows the skip's bias steers toward (lol, router_skip)"),
       field("rope_theta", &C::rope_theta, "rotary base"),
@@ -132,6 +134,9 @@ void ModelConfig::validate() const {
                 "router_skip_share must be in [0, 1), got ", router_skip_share);
       LOL_CHECK(router_skip_share == 0 || router_skip,
                 "router_skip_share needs router_skip=true (a skip choice to steer)");
+      LOL_CHECK(
+          !router_skip_renorm || router_skip,
+          "router_skip_renorm needs router_skip=true (a skip choice to leave out of the gate)");
       break;
     case Family::kDense:
       break;

@@ -48,13 +48,15 @@ struct ModelConfig {
   bool balance_per_depth = false;  // lol: one bias and one load per routed depth (bias (D, L))
   bool router_skip = false;  // lol: a route choice L beside the library that leaves the window's
                              // states unchanged; the balancing bias neither moves nor counts it
-  double router_skip_share = 0;  // lol with router_skip: the share of counted windows the skip
+  bool router_skip_renorm = false;  // lol with router_skip: a routed window's gate is its expert's
+                                    // probability among the experts, p_e / (1 - p_skip)
+  double router_skip_share = 0;     // lol with router_skip: the share of counted windows the skip
                                  // should take; a bias on the skip's score moves toward it (0: no
                                  // bias on the skip)
-  double rope_theta = 10000.0;   // rotary base
-  double norm_eps = 1e-5;        // RMSNorm epsilon
-  bool tie_embeddings = true;    // LM head shares the embedding matrix
-  int64_t max_seq_len = 1024;    // longest document the model is meant for
+  double rope_theta = 10000.0;                          // rotary base
+  double norm_eps = 1e-5;                               // RMSNorm epsilon
+  bool tie_embeddings = true;                           // LM head shares the embedding matrix
+  int64_t max_seq_len = 1024;                           // longest document the model is meant for
   CoreAttention core_attention = CoreAttention::kFull;  // non-lol core: full | sliding | strided
   int64_t loop_blocks = 1;  // R: distinct blocks of the looped core (core_depth % R == 0)
   int64_t moe_experts = 4;  // FFN experts per MoE layer

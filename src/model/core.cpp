@@ -111,7 +111,7 @@ RouteDecisions LolCore::route(const torch::Tensor& inputs, int64_t depth,
                               const std::vector<int64_t>& ordinals, const ForcedPath* force) const {
   auto probs = router_->probabilities(inputs, depth, /*add_noise=*/false);
   return select_experts(probs, router_->depth_bias(depth), router_->balance_space, depth,
-                        int64_tensor(ordinals, probs.device()), force, router_->skip);
+                        int64_tensor(ordinals, probs.device()), force, router_->skip_rule());
 }
 
 torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,

@@ -89,7 +89,10 @@ json ForcedPath::to_json() const {
 }
 
 RouterImpl::RouterImpl(const ModelConfig& c)
-    : balance_space(c.balance_space), skip(c.router_skip), noise_std(c.router_noise_std) {
+    : balance_space(c.balance_space),
+      skip(c.router_skip),
+      skip_renorm(c.router_skip_renorm),
+      noise_std(c.router_noise_std) {
   const int64_t copies = c.router_tied ? 1 : c.core_depth;
   weight = register_parameter("weight", torch::zeros({copies, c.route_choices(), c.d_model}));
   depth_vectors = register_parameter("depth_vectors", torch::zeros({c.core_depth, c.d_model}));
@@ -154,8 +157,8 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
                               depth_vectors[depth - 1]);  // (Nw, d)
 
   auto probs = probabilities(inputs, depth, add_noise);
-  RouteDecisions out =
-      select_experts(probs, depth_bias(depth), balance_space, depth, part.ordinals_t, force, skip);
+  RouteDecisions out = select_experts(probs, depth_bias(depth), balance_space, depth,
+                                      part.ordinals_t, force, skip_rule());
   out.partition = &part;
   out.router_inputs = inputs;
   return out;
@@ -271,7 +274,8 @@ torch::Tensor balanced_scores(const torch::Tensor& probs, const torch::Tensor& b
 
 RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& bias,
                               BalanceSpace space, int64_t depth, const torch::Tensor& ordinals,
-                              const ForcedPath* force, bool skip) {
+                              const ForcedPath* force, SkipRule skip_rule) {
+  const bool skip = skip_rule.skip;
   const int64_t num_windows = probs.size(0), L = probs.size(1);
   LOL_CHECK(bias.dim() == 1 && bias.size(0) == L, "select_experts: ", L,
             " route choices need a bias of ", L, ", got ", bias.sizes());
@@ -315,8 +319,16 @@ RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& b
     out.forced_gate = forced_gates.isnan().logical_not();
     out.experts = torch::where(out.forced_expert, forced_experts, out.router_choice);
   }
-  // alpha = p_rho: the only path from the loss to the router (no gradient through argmax).
+  // alpha = p_rho: the only path from the loss to the router (no gradient through argmax). With
+  // the skip left out of the gate, a routed window's alpha is p_rho over the experts' total,
+  // p_rho / (1 - p_skip) (summed, so that it stays exact when p_skip rounds to 1), the softmax of
+  // the experts' logits alone; a skipped window's reported gate stays its p.
   out.gates = probs.gather(1, out.experts.unsqueeze(1)).squeeze(1);
+  if (skip && skip_rule.renorm) {
+    const auto experts_total =
+        probs.narrow(1, 0, L - 1).sum(1).clamp_min(std::numeric_limits<float>::min());
+    out.gates = torch::where(out.experts == L - 1, out.gates, out.gates / experts_total);
+  }
   if (forced_gates.defined())
     out.gates = torch::where(out.forced_gate, forced_gates.to(out.gates.scalar_type()), out.gates);
   return out;

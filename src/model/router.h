@@ -103,15 +103,23 @@ struct RouteDecisions {
 torch::Tensor balanced_scores(const torch::Tensor& probs, const torch::Tensor& bias,
                               BalanceSpace space);
 
+// What the last route choice is: `skip`, the last of the C choices is the skip (router_skip);
+// `renorm`, a routed window's gate leaves the skip out (router_skip_renorm).
+struct SkipRule {
+  bool skip = false;
+  bool renorm = false;
+};
+
 // Top-1 selection from router probabilities (SPEC 1.4, 1.6): argmax of the balanced scores (the
-// first maximum on ties), then the forced path; alpha = p of the chosen expert unless the gate
-// is forced. One row per window, `ordinals` (windows) int64 its window ordinal, on the device of
-// `probs`. Tensor operations only: nothing waits for the device. Fills every RouteDecisions
-// field but partition and inputs. probs and bias over the C choices: C = L, or C = L + 1 with
-// `skip`, the last choice the skip (RouterImpl::depth_bias).
+// first maximum on ties), then the forced path; alpha = p of the chosen expert (over the experts'
+// total with skip_rule.renorm) unless the gate is forced. One row per window, `ordinals`
+// (windows) int64 its window ordinal, on the device of `probs`. Tensor operations only: nothing
+// waits for the device. Fills every RouteDecisions field but partition and inputs. probs and
+// bias over the C choices: C = L, or C = L + 1 with skip_rule.skip, the last choice the skip
+// (RouterImpl::depth_bias).
 RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& bias,
                               BalanceSpace space, int64_t depth, const torch::Tensor& ordinals,
-                              const ForcedPath* force, bool skip);
+                              const ForcedPath* force, SkipRule skip_rule);
 
 struct RouterImpl : torch::nn::Module {
   explicit RouterImpl(const ModelConfig& c);
@@ -136,7 +144,9 @@ struct RouterImpl : torch::nn::Module {
   // router_skip_share (the skip's score is then the router's own).
   torch::Tensor depth_bias(int64_t depth) const;
   BalanceSpace balance_space;
-  bool skip;  // the last of the C choices is the skip (router_skip)
+  bool skip;         // the last of the C choices is the skip (router_skip)
+  bool skip_renorm;  // gates among the experts only (router_skip_renorm)
+  SkipRule skip_rule() const { return {skip, skip_renorm}; }
   double noise_std;
   ParamRoles roles;
 };
