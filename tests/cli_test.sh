@@ -41,6 +41,13 @@ grep -q '"router.balance_bias": \[' "$dir/out" && pass "info json gives the bala
 expect_ok "info text" "$lol" info --model "$dir/m"
 grep -q "^  router.balance_bias  *+0.000 +0.000" "$dir/out" && pass "info prints the balance bias" ||
   failed "info prints no balance bias: $(cat "$dir/out")"
+grep -q "^router rows *|R\[m\]| per expert 0..L-1 (" "$dir/out" && pass "info labels the router rows" ||
+  failed "info labels the router rows otherwise: $(grep '^router rows' "$dir/out")"
+expect_ok "init with a skip" "$lol" init --preset tiny --seed 1 --set router_skip=true --out "$dir/skip"
+expect_ok "info with a skip" "$lol" info --model "$dir/skip"
+grep -q "^router rows *|R\[m\]| per expert 0..L-1, then the skip's" "$dir/out" &&
+  pass "info names the skip's router row" ||
+  failed "info does not name the skip's router row: $(grep '^router rows' "$dir/out")"
 expect_ok "forward" "$lol" forward --model "$dir/m" --tokens 1,2,3,4,5,6,7,8,9 --prompt-len 2 --router-only 1 --out "$dir/f.json"
 grep -q '"routes"' "$dir/f.json" && pass "forward json" || failed "forward json has no routes"
 echo '{"entries":[{"depth":1,"window":0,"expert":2,"gate":0.5}]}' >"$dir/path.json"

@@ -269,7 +269,9 @@ void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
                false);
     print_rows("router depth vectors", "|e[l]| per depth 1..D", trained.depth_vectors, false,
                false);
-    print_rows("router rows", "|R[m]| per expert 0..L-1 (logits scale with it)",
+    print_rows("router rows",
+               std::string("|R[m]| per expert 0..L-1") +
+                   (config.router_skip ? ", then the skip's" : "") + " (logits scale with it)",
                trained.router_rows, false, false);
   });
 }

@@ -181,7 +181,8 @@ void LolCore::count_loads(const std::vector<RouteDecisions>& routes, BalanceLoad
   // On the device, then one transfer: per (row, expert) the windows (or tokens) it took, how
   // many decisions kept the router's own top choice, and per row the windows counted and
   // skipped.
-  std::vector<torch::Tensor> slots, weights, agreed, skip_rows, counted, skipped;
+  std::vector<torch::Tensor> slots, weights, agreed, counted, skipped;
+  std::vector<int64_t> skip_rows;  // the row of each route that has a skip
   for (const auto& r : routes) {
     const auto& part = *r.partition;
     // windows: 1 per decision; tokens: its non-padding tokens; gates: its gate alpha, the share
@@ -208,8 +209,7 @@ void LolCore::count_loads(const std::vector<RouteDecisions>& routes, BalanceLoad
       // A skip is no load: it adds 0 to expert 0's slot. It counts toward the skip's share.
       const auto skips = (r.experts == r.skip).to(torch::kFloat64) * in_load;
       weight = weight * (1 - skips);
-      skip_rows.push_back(torch::full({2}, 2 * row, r.experts.options()) +
-                          torch::arange(2, r.experts.options()));
+      skip_rows.push_back(row);
       counted.push_back(in_load.sum());
       skipped.push_back(skips.sum());
     }
@@ -224,9 +224,10 @@ void LolCore::count_loads(const std::vector<RouteDecisions>& routes, BalanceLoad
       torch::zeros({rows * L}, f64).index_add_(0, all, torch::cat(weights)),
       torch::cat(agreed).sum().to(torch::kFloat64).reshape({1})};
   if (!skip_rows.empty()) {
-    // (counted, skipped) of each row, interleaved.
-    auto pairs = torch::stack({torch::stack(counted), torch::stack(skipped)}, 1).view({-1});
-    parts.push_back(torch::zeros({2 * rows}, f64).index_add_(0, torch::cat(skip_rows), pairs));
+    // (counted, skipped) of each row: a (rows, 2) table, flattened row by row.
+    const auto pairs = torch::stack({torch::stack(counted), torch::stack(skipped)}, 1);
+    const auto index = torch::tensor(skip_rows, torch::kLong).to(all.device());
+    parts.push_back(torch::zeros({rows, 2}, f64).index_add_(0, index, pairs).view({-1}));
   }
   const auto host = torch::cat(parts).to(torch::kCPU);
   const double* c = host.data_ptr<double>();

@@ -20,7 +20,7 @@ void update_bias(torch::Tensor bias, const std::vector<double>& load, double rat
 }
 }  // namespace
 
-void apply_balance(const Core& core, const BalanceLoads& loads, double rate, double skip_share) {
+void apply_balance(const Core& core, const BalanceLoads& loads, double rate, double target) {
   const auto biases = core.balance_biases();
   LOL_CHECK(loads.loads.empty() || loads.loads.size() == biases.size(),
             "balancing: ", loads.loads.size(), " loads for ", biases.size(), " biases");
@@ -33,7 +33,7 @@ void apply_balance(const Core& core, const BalanceLoads& loads, double rate, dou
   for (size_t i = 0; i < skips.size(); ++i) {
     if (loads.counted[i] <= 0) continue;  // a depth past the executed one decided nothing
     const double share = loads.skipped[i] / loads.counted[i];
-    skips[i].add_(rate * ((share < skip_share) - (share > skip_share)));
+    skips[i].add_(rate * ((share < target) - (share > target)));
   }
 }
 

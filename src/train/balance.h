@@ -8,10 +8,10 @@
 namespace lol {
 
 // b += u * sign(mean(load) - load); b -= mean(b), for each of the core's balanced routers. Where
-// the core steers its skip (router_skip_share), each router's skip bias moves by
-// u * sign(skip_share - skipped / counted): toward the target share of skipped windows, not
+// the core steers its skip (router_skip_share = target), each router's skip bias moves by
+// u * sign(target - skipped / counted): toward the target share of skipped windows, not
 // centred (it is one number, compared with the experts' scores).
-void apply_balance(const Core& core, const BalanceLoads& loads, double rate, double skip_share);
+void apply_balance(const Core& core, const BalanceLoads& loads, double rate, double target);
 // The share of counted windows that took the skip, all routers together (0 when none counted).
 double skip_share(const BalanceLoads& loads);
 // Entropy (nats) of the normalised load; log(L) when perfectly uniform.
