@@ -422,6 +422,133 @@ TEST(Routing, TheSkipTakesOnlyItsOwnBias) {
   }
 }
 
+// router_skip_head: p_skip = sigmoid(z_L - log L) and the experts share the rest by softmax;
+// a skipped window runs the best balanced expert but the skip (the fallback) at an update gate of
+// value exactly 0, whose gradient reaches the experts' total alone, by g (the fallback's gate
+// among the experts).
+TEST(Routing, TheSkipHeadProbesTheBestOtherExpert) {
+  auto c = tiny_config();
+  c.library_size = 3;
+  c.router_skip = true;
+  c.router_skip_head = true;
+  Router router(c);
+  {
+    torch::NoGradGuard no_grad;
+    router->weight.copy_(torch::randn(router->weight.sizes()));
+  }
+  const auto inputs = torch::randn({5, c.d_model});
+  const auto logits = torch::matmul(inputs, router->weight[0].t());
+  const auto q = torch::sigmoid(logits.select(1, 3) - std::log(3.0));
+  const auto expected = torch::cat(
+      {torch::softmax(logits.narrow(1, 0, 3), 1) * (1 - q).unsqueeze(1), q.unsqueeze(1)}, 1);
+  EXPECT_LT(max_abs_diff(router->probabilities(inputs, 1, false), expected), 1e-6);
+  // At zero logits every choice has 1 / 4, as with the softmax.
+  EXPECT_TRUE(torch::allclose(router->probabilities(torch::zeros({1, c.d_model}), 1, false),
+                              torch::full({1, 4}, 0.25f)));
+  // At z_L = 40 + log 3, where 1 - sigmoid rounds to 0, the experts keep their share, e^-40.
+  const auto skip_row = router->weight[0][3].detach();
+  const auto far = router->probabilities(
+      (skip_row * (40 + std::log(3.0)) / skip_row.dot(skip_row)).unsqueeze(0), 1, false);
+  EXPECT_NEAR(far.narrow(1, 0, 3).sum().item<float>(), std::exp(-40.0), 1e-3 * std::exp(-40.0));
+
+  // Balanced scores p + b: row 0 (0.2, 0.25, 0.05 | 0.4) skips and falls back to expert 1 (p
+  // alone would say 2), row 1 (0.35, 0.15, -0.2 | 0.6) skips to expert 0, row 2 runs expert 0
+  // at 0.5 / 0.9.
+  const auto probs = torch::tensor(
+      {{0.2f, 0.15f, 0.25f, 0.4f}, {0.35f, 0.05f, 0.0f, 0.6f}, {0.5f, 0.2f, 0.2f, 0.1f}});
+  const auto bias = torch::tensor({0.0f, 0.1f, -0.2f, 0.0f});
+  auto p = probs.clone().requires_grad_();
+  auto got = select_experts(p, bias, BalanceSpace::kProbs, 1, torch::zeros({3}, torch::kInt64),
+                            nullptr, {/*skip=*/true, /*renorm=*/true, /*head=*/true});
+  ASSERT_EQ(got.host().experts, (std::vector<int64_t>{3, 3, 0}));
+  EXPECT_EQ(got.host().blocks, (std::vector<int64_t>{1, 0, 0}));
+  const auto gates = got.update_gates();
+  EXPECT_EQ(gates[0].item<float>(), 0.0f);
+  EXPECT_EQ(gates[1].item<float>(), 0.0f);
+  EXPECT_FLOAT_EQ(gates[2].item<float>(), 0.5f / 0.9f);
+  EXPECT_FLOAT_EQ(got.gates[0].item<float>(), 0.4f);  // the reported gate stays p_skip
+  gates[0].backward();
+  // d gate / d p: g = 0.15 / 0.6 on each expert (their total), 0 on the skip and other rows.
+  EXPECT_TRUE(torch::allclose(p.grad()[0], torch::tensor({0.25f, 0.25f, 0.25f, 0.0f})));
+  EXPECT_EQ(p.grad().narrow(0, 1, 2).abs().sum().item<float>(), 0.0f);
+  // Without the head a skipped window runs expert 0 at a constant 0.
+  auto plain =
+      select_experts(probs, bias, BalanceSpace::kProbs, 1, torch::zeros({3}, torch::kInt64),
+                     nullptr, {/*skip=*/true, /*renorm=*/true});
+  EXPECT_EQ(plain.host().blocks, (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_FALSE(plain.probe_gates.defined());
+}
+
+// router_skip_head in a model: with every window of the one routed depth skipped, the core gives
+// back its input bit for bit and the library gets no gradient, while the skip's router row gets
+// sum_k -a_k g_k q_k (1 - q_k) r_k: a_k = d loss / d alpha of window k running its fallback at
+// alpha = 0 (finite differences of forced gates), g_k the fallback's gate among the experts, q_k
+// = p_skip, r_k the router input. The experts' rows get nothing (but float rounding).
+TEST(Routing, TheSkipHeadLearnsWhatTheUpdateWouldHaveDone) {
+  auto c = tiny_config();
+  c.core_depth = 1;
+  c.library_size = 2;
+  c.router_skip = true;
+  c.router_skip_renorm = true;
+  c.router_skip_head = true;
+  auto model = make_model(c, 16, /*router_scale=*/1.0);
+  model->to(torch::kFloat64);
+  std::mt19937 rng(17);
+  const auto tokens = random_tokens(rng, 15, c.vocab_size);
+  Layout layout(Batch::single(tokens, 2), c.vocab_size, testing::device());
+  const int64_t L = c.library_size;
+  ForcedPath all_skip;
+  all_skip.depths[1][0] = {L, std::nullopt};
+  ForwardOptions options;
+  options.force = &all_skip;
+  torch::Tensor core_in, core_out;
+  options.hook = [&](const std::string& name, int64_t, const torch::Tensor& t) {
+    if (name == "core_in") core_in = t.detach().clone();
+    if (name == "core_depth_out") core_out = t.detach().clone();
+  };
+  model->zero_grad();
+  auto result = model->forward(layout, options);
+  ASSERT_TRUE(core_in.defined() && core_out.defined());
+  EXPECT_TRUE(torch::equal(core_in, core_out));
+  result.logits.pow(2).mean().backward();
+  for (auto& item : model->named_parameters()) {
+    if (item.key().rfind("library.", 0) == 0 && item.value().grad().defined()) {
+      EXPECT_EQ(item.value().grad().abs().max().item<double>(), 0.0) << item.key();
+    }
+  }
+  const auto grad = model->named_parameters()["router.weight"].grad()[0].to(torch::kCPU);
+
+  ASSERT_EQ(result.routes.size(), 1u);
+  const auto& route = result.routes[0];
+  const auto probs = route.probs.detach().to(torch::kCPU);
+  const auto inputs = route.router_inputs.detach().to(torch::kCPU);
+  const auto& fallback = route.host().blocks;
+  const int64_t windows = static_cast<int64_t>(fallback.size());
+  ASSERT_GE(windows, 3);
+  torch::NoGradGuard no_grad;
+  auto expected = torch::zeros({c.d_model}, torch::kFloat64);
+  const double h = 1e-5;
+  for (int64_t k = 0; k < windows; ++k) {
+    auto loss_at = [&](double alpha) {
+      ForcedPath one;
+      for (int64_t j = 0; j < windows; ++j)
+        one.depths[1][j] =
+            j == k ? ForcedPath::Entry{fallback[k], alpha} : ForcedPath::Entry{L, std::nullopt};
+      ForwardOptions o;
+      o.force = &one;
+      return model->forward(layout, o).logits.pow(2).mean().item<double>();
+    };
+    const double a = (loss_at(h) - loss_at(-h)) / (2 * h);
+    const double q = probs[k][L].item<double>();
+    const double g = probs[k][fallback[k]].item<double>() / (1 - q);
+    expected += -a * g * q * (1 - q) * inputs[k];
+  }
+  const double scale = expected.abs().max().item<double>();
+  ASSERT_GT(scale, 0.0);
+  EXPECT_LT(max_abs_diff(grad[L], expected), 1e-6 * scale + 1e-12);
+  EXPECT_LT(grad.narrow(0, 0, L).abs().max().item<double>(), 1e-9 * scale);
+}
+
 TEST(GoldenRouting, ExecutedDepthBelowDMatchesTheReference) {
   auto c = tiny_config();
   c.core_depth = 4;

@@ -150,6 +150,12 @@ torch::Tensor routed_core(const Context& ctx, torch::Tensor x, const torch::Tens
       auto R = router.size(0) == 1 ? router[0] : router[l - 1];
       auto logits = torch::matmul(R, r);
       auto probs = torch::softmax(logits, 0);
+      const int64_t L = c.library_size;
+      if (c.router_skip && c.router_skip_head) {
+        // router_skip_head: p_skip = sigmoid(z_L - log L); the experts share the rest by softmax.
+        const auto q = torch::sigmoid(logits[L] - std::log(static_cast<double>(L)));
+        probs = torch::cat({torch::softmax(logits.narrow(0, 0, L), 0) * (1 - q), q.reshape({1})});
+      }
       // One bias for the router, or row l of the (D, L) bias with balance_per_depth; the skip
       // (choice L, router_skip) takes router.skip_bias (entry l with balance_per_depth) where the
       // model steers it (router_skip_share), else none.
@@ -162,7 +168,7 @@ torch::Tensor routed_core(const Context& ctx, torch::Tensor x, const torch::Tens
         }
         depth_bias = torch::cat({depth_bias, on_skip});
       }
-      auto scored = scores(c, logits, probs) + depth_bias;
+      auto scored = scores(c, c.router_skip_head ? probs.log() : logits, probs) + depth_bias;
       auto sorted = std::get<0>(scored.sort(0, /*descending=*/true));
       int64_t expert = scored.argmax().item<int64_t>();
       double margin = c.route_choices() > 1 ? (sorted[0] - sorted[1]).item<double>()
@@ -197,12 +203,22 @@ torch::Tensor routed_core(const Context& ctx, torch::Tensor x, const torch::Tens
       std::vector<bool> ro_w;
       for (auto i : idx) ro_w.push_back(ro[i]);
       const int64_t t = static_cast<int64_t>(idx.size());
-      // The skip leaves the window's rows as they are.
-      if (!skipped) {
-        auto y =
-            block(ctx, "library." + std::to_string(expert) + ".", xs, pos.index_select(0, idx_t),
-                  ro_w, torch::ones({t, t}, torch::kBool), &film, false);
-        next.index_copy_(0, idx_t, xs + gate * (y - xs));
+      // The skip leaves the window's rows as they are. With router_skip_head it runs the best
+      // other expert at a gate of value 0 whose gradient is that of g (1 - p_skip) in p_skip,
+      // g the expert's gate among the experts, held fixed.
+      const int64_t runs = !skipped             ? expert
+                           : c.router_skip_head ? scored.narrow(0, 0, L).argmax().item<int64_t>()
+                                                : -1;
+      if (runs >= 0) {
+        auto y = block(ctx, "library." + std::to_string(runs) + ".", xs, pos.index_select(0, idx_t),
+                       ro_w, torch::ones({t, t}, torch::kBool), &film, false);
+        auto update_gate = gate;
+        if (skipped) {
+          const auto experts_total = probs.narrow(0, 0, L).sum();
+          update_gate =
+              (probs[runs] / experts_total).detach() * (experts_total - experts_total.detach());
+        }
+        next.index_copy_(0, idx_t, xs + update_gate * (y - xs));
       }
       Route route{l, k, expert, gate.item<double>(), margin, {}};
       for (int64_t m = 0; m < c.route_choices(); ++m)

@@ -66,6 +66,9 @@ const std::vector<Field<ModelConfig>>& ModelConfig::fields() {
       field("router_skip", &C::router_skip, "a skip choice beside the library (lol)"),
       field("router_skip_renorm", &C::router_skip_renorm,
             "gate among the experts only, p_e / (1 - p_skip) (lol, router_skip)"),
+      field("router_skip_head", &C::router_skip_head,
+            "skip probability a sigmoid of its own logit, learned on skipped windows (lol, "
+            "router_skip)"),
       field("router_skip_share", &C::router_skip_share,
             "share of windows the skip's bias steers toward (lol, router_skip)"),
       field("rope_theta", &C::rope_theta, "rotary base"),
@@ -137,6 +140,8 @@ void ModelConfig::validate() const {
       LOL_CHECK(
           !router_skip_renorm || router_skip,
           "router_skip_renorm needs router_skip=true (a skip choice to leave out of the gate)");
+      LOL_CHECK(!router_skip_head || router_skip,
+                "router_skip_head needs router_skip=true (a skip choice to score)");
       break;
     case Family::kDense:
       break;

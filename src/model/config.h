@@ -50,6 +50,11 @@ struct ModelConfig {
                              // states unchanged; the balancing bias neither moves nor counts it
   bool router_skip_renorm = false;  // lol with router_skip: a routed window's gate is its expert's
                                     // probability among the experts, p_e / (1 - p_skip)
+  bool router_skip_head = false;    // lol with router_skip: p_skip = sigmoid(z_L - log L), of the
+                                    // skip's logit alone (the experts share 1 - p_skip by softmax),
+                                    // and a skipped window runs the router's best expert at a
+                                    // gate of value 0 whose gradient reaches that logit (what the
+                                    // update would have done)
   double router_skip_share = 0;     // lol with router_skip: the share of counted windows the skip
                                  // should take; a bias on the skip's score moves toward it (0: no
                                  // bias on the skip)

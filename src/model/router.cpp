@@ -92,6 +92,7 @@ RouterImpl::RouterImpl(const ModelConfig& c)
     : balance_space(c.balance_space),
       skip(c.router_skip),
       skip_renorm(c.router_skip_renorm),
+      skip_head(c.router_skip_head),
       noise_std(c.router_noise_std) {
   const int64_t copies = c.router_tied ? 1 : c.core_depth;
   weight = register_parameter("weight", torch::zeros({copies, c.route_choices(), c.d_model}));
@@ -263,7 +264,15 @@ torch::Tensor RouterImpl::probabilities(const torch::Tensor& inputs, int64_t dep
                                /*non_blocking=*/logits.device().is_cuda()) *
                           noise_std;
   }
-  return torch::softmax(logits, -1);
+  if (!(skip && skip_head)) return torch::softmax(logits, -1);
+  // The skip's odds against the experts together are e^z / L, whatever the experts' logits: at
+  // zero logits every choice has 1 / (L + 1), as with the softmax. 1 - p_skip as sigmoid(-z'), not
+  // 1 - sigmoid(z'), which rounds to 0 once z' passes ~17.
+  const int64_t experts = logits.size(1) - 1;
+  auto z_skip = logits.narrow(1, experts, 1) - std::log(static_cast<double>(experts));
+  return torch::cat({torch::softmax(logits.narrow(1, 0, experts), -1) * torch::sigmoid(-z_skip),
+                     torch::sigmoid(z_skip)},
+                    1);
 }
 
 torch::Tensor balanced_scores(const torch::Tensor& probs, const torch::Tensor& bias,
@@ -331,15 +340,31 @@ RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& b
   }
   if (forced_gates.defined())
     out.gates = torch::where(out.forced_gate, forced_gates.to(out.gates.scalar_type()), out.gates);
+  if (skip && skip_rule.head) {
+    // The update a skipped window did not make, as a gate of value exactly 0 (t - t.detach())
+    // whose gradient is that of g (1 - p_skip) in p_skip, g the fallback's gate among the experts
+    // held fixed: the skip's logit learns whether running the fallback would have lowered the
+    // loss; the experts' logits learn from routed windows as before.
+    out.fallback = biased.narrow(1, 0, L - 1).argmax(1);
+    const auto experts_total =
+        probs.narrow(1, 0, L - 1).sum(1).clamp_min(std::numeric_limits<float>::min());
+    const auto among_experts =
+        (probs.gather(1, out.fallback.unsqueeze(1)).squeeze(1) / experts_total).detach();
+    out.probe_gates = among_experts * (experts_total - experts_total.detach());
+  }
   return out;
 }
 
 torch::Tensor RouteDecisions::block_ids() const {
-  return skip < 0 ? experts : torch::where(experts == skip, torch::zeros_like(experts), experts);
+  if (skip < 0) return experts;
+  return torch::where(experts == skip, fallback.defined() ? fallback : torch::zeros_like(experts),
+                      experts);
 }
 
 torch::Tensor RouteDecisions::update_gates() const {
-  return skip < 0 ? gates : torch::where(experts == skip, torch::zeros_like(gates), gates);
+  if (skip < 0) return gates;
+  return torch::where(experts == skip,
+                      probe_gates.defined() ? probe_gates : torch::zeros_like(gates), gates);
 }
 
 const RouteDecisions::Host& RouteDecisions::host() const {
@@ -347,7 +372,7 @@ const RouteDecisions::Host& RouteDecisions::host() const {
   // One transfer: the integers and flags are exact in float64.
   auto all = torch::stack({experts.to(torch::kFloat64), router_choice.to(torch::kFloat64),
                            margins.to(torch::kFloat64), forced_expert.to(torch::kFloat64),
-                           forced_gate.to(torch::kFloat64)})
+                           forced_gate.to(torch::kFloat64), block_ids().to(torch::kFloat64)})
                  .to(torch::kCPU)
                  .contiguous();
   const int64_t n = all.size(1);
@@ -356,7 +381,7 @@ const RouteDecisions::Host& RouteDecisions::host() const {
   for (int64_t w = 0; w < n; ++w) {
     const auto expert = static_cast<int64_t>(v[w]);
     copy->experts.push_back(expert);
-    copy->blocks.push_back(expert == skip ? 0 : expert);
+    copy->blocks.push_back(static_cast<int64_t>(v[5 * n + w]));
     copy->router_choice.push_back(static_cast<int64_t>(v[n + w]));
     copy->margins.push_back(v[2 * n + w]);
     copy->forced_expert.push_back(v[3 * n + w] != 0);

@@ -69,12 +69,19 @@ struct RouteDecisions {
   torch::Tensor router_inputs;               // (windows, d)
   torch::Tensor probs;                       // (windows, C) softmax before the bias
   torch::Tensor gates;                       // (windows) alpha
+  // With router_skip_head, what a skipped window runs instead (undefined otherwise): `fallback`
+  // (windows) int64, the expert of the best balanced score but the skip's; `probe_gates`
+  // (windows), of value exactly 0 with the gradient of g (1 - p_skip) in p_skip, g the fallback's
+  // gate among the experts held fixed: d loss / d alpha of the update the window did not make
+  // reaches the skip's logit alone.
+  torch::Tensor fallback, probe_gates;
 
-  // What a routed depth runs. A skipped window keeps its states: it runs expert 0 at update gate
-  // 0, s = H + 0 (E_0(H) - H) = H exactly, so the windows of a depth still make one batched pass
-  // (attention stays within the window, so the other windows never see that block's output) and
-  // neither the block nor the router gets a gradient from it. Without skips these are `experts`
-  // and `gates`.
+  // What a routed depth runs. A skipped window keeps its states: it runs expert 0 (the fallback
+  // with router_skip_head) at update gate 0 (the probe gate, of value 0), s = H + 0 (E(H) - H) = H
+  // exactly, so the windows of a depth still make one batched pass (attention stays within the
+  // window, so the other windows never see that block's output) and the block gets no gradient
+  // from it; the router gets none either, but for the probe's, which reaches the skip's logit.
+  // Without skips these are `experts` and `gates`.
   torch::Tensor block_ids() const;     // (windows) int64: the expert whose block runs
   torch::Tensor update_gates() const;  // (windows): the gate of the residual update
 
@@ -104,10 +111,13 @@ torch::Tensor balanced_scores(const torch::Tensor& probs, const torch::Tensor& b
                               BalanceSpace space);
 
 // What the last route choice is: `skip`, the last of the C choices is the skip (router_skip);
-// `renorm`, a routed window's gate leaves the skip out (router_skip_renorm).
+// `renorm`, a routed window's gate leaves the skip out (router_skip_renorm); `head`, the skip's
+// probability is its own sigmoid and a skipped window probes the router's best expert
+// (router_skip_head: RouteDecisions::probe_gates).
 struct SkipRule {
   bool skip = false;
   bool renorm = false;
+  bool head = false;
 };
 
 // Top-1 selection from router probabilities (SPEC 1.4, 1.6): argmax of the balanced scores (the
@@ -124,6 +134,8 @@ RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& b
 struct RouterImpl : torch::nn::Module {
   explicit RouterImpl(const ModelConfig& c);
   // p = softmax(R_l r (+ noise)) for router inputs r: (n, d) -> (n, C), C = route_choices().
+  // With router_skip_head, for logits z: p_skip = sigmoid(z_L - log L) (odds e^z_L / L), p_e =
+  // (1 - p_skip) softmax(z_0..z_{L-1})_e.
   torch::Tensor probabilities(const torch::Tensor& inputs, int64_t depth, bool add_noise) const;
 
   // states: (N, d) core input at depth l in flat order.
@@ -146,7 +158,8 @@ struct RouterImpl : torch::nn::Module {
   BalanceSpace balance_space;
   bool skip;         // the last of the C choices is the skip (router_skip)
   bool skip_renorm;  // gates among the experts only (router_skip_renorm)
-  SkipRule skip_rule() const { return {skip, skip_renorm}; }
+  bool skip_head;    // p_skip = sigmoid(z_L - log L), the experts share the rest (router_skip_head)
+  SkipRule skip_rule() const { return {skip, skip_renorm, skip_head}; }
   double noise_std;
   ParamRoles roles;
 };
