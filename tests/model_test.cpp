@@ -1,5 +1,7 @@
 // Golden tests: the engine's batched forward against the slow reference (tests/reference.cpp),
 // and the invariants of SPEC 1.2-1.6 for every family.
+#include <algorithm>
+#include <numeric>
 #include <random>
 
 #include "helpers.h"
@@ -547,6 +549,148 @@ TEST(Routing, TheSkipHeadLearnsWhatTheUpdateWouldHaveDone) {
   ASSERT_GT(scale, 0.0);
   EXPECT_LT(max_abs_diff(grad[L], expected), 1e-6 * scale + 1e-12);
   EXPECT_LT(grad.narrow(0, 0, L).abs().max().item<double>(), 1e-9 * scale);
+}
+
+// router_skip_target: the skip is a decision of its own, p_skip > sigmoid(-b_skip), taken before
+// the experts' balanced scores are compared; a window that does not skip runs the best of those
+// (the fallback), the margin is the experts', and a skipped window runs the fallback at a plain 0.
+TEST(Routing, TheSkipTargetDecidesOnTheSkipFirst) {
+  // Row 0 (0.2, 0.15, 0.25 | 0.4): the skip has the largest p but not more than 1/2, so expert 1
+  // (scores 0.2, 0.25, 0.05); row 1 (0.1, 0.15, 0.15 | 0.6) skips, falling back to expert 1;
+  // row 2 runs expert 0; row 3 is forced to skip, row 0 of a second call is forced to expert 2.
+  const auto probs = torch::tensor({{0.2f, 0.15f, 0.25f, 0.4f},
+                                    {0.1f, 0.15f, 0.15f, 0.6f},
+                                    {0.5f, 0.2f, 0.2f, 0.1f},
+                                    {0.5f, 0.2f, 0.2f, 0.1f}});
+  const auto bias = torch::tensor({0.0f, 0.1f, -0.2f, 0.0f});
+  ForcedPath path;
+  path.depths[1][3] = {3, std::nullopt};
+  auto p = probs.clone().requires_grad_();
+  const SkipRule rule{/*skip=*/true, /*renorm=*/true, /*head=*/true, /*target=*/true};
+  auto got = select_experts(p, bias, BalanceSpace::kProbs, 1, torch::arange(4), &path, rule);
+  EXPECT_EQ(got.host().router_choice, (std::vector<int64_t>{1, 3, 0, 0}));
+  EXPECT_EQ(got.host().experts, (std::vector<int64_t>{1, 3, 0, 3}));
+  EXPECT_EQ(got.host().blocks, (std::vector<int64_t>{1, 1, 0, 0}));
+  const std::vector<double> margins = {0.05, 0.15, 0.2, 0.2};
+  for (size_t w = 0; w < margins.size(); ++w)
+    EXPECT_NEAR(got.host().margins[w], margins[w], 1e-6) << "window " << w;
+  const auto gates = got.update_gates();
+  EXPECT_FLOAT_EQ(gates[0].item<float>(), 0.15f / 0.6f);
+  EXPECT_EQ(gates[1].item<float>(), 0.0f);
+  EXPECT_EQ(gates[3].item<float>(), 0.0f);
+  gates.sum().backward();
+  // The skipped windows' gates pass nothing back: only rows 0 and 2 reach p.
+  EXPECT_EQ(p.grad()[1].abs().sum().item<float>(), 0.0f);
+  EXPECT_EQ(p.grad()[3].abs().sum().item<float>(), 0.0f);
+  EXPECT_GT(p.grad()[0].abs().sum().item<float>(), 0.0f);
+  // The head alone would have skipped row 0 (its p is the largest balanced score).
+  auto head = select_experts(probs, bias, BalanceSpace::kProbs, 1, torch::arange(4), nullptr,
+                             {/*skip=*/true, /*renorm=*/true, /*head=*/true});
+  EXPECT_EQ(head.host().experts[0], 3);
+  // A skip bias of 1 lowers the threshold to sigmoid(-1) = 0.27: row 0 skips, rows 2 and 3 not.
+  auto lowered = select_experts(probs, torch::tensor({0.0f, 0.1f, -0.2f, 1.0f}),
+                                BalanceSpace::kProbs, 1, torch::arange(4), nullptr, rule);
+  EXPECT_EQ(lowered.host().experts, (std::vector<int64_t>{3, 3, 0, 0}));
+}
+
+// router_skip_target in a model: the skip head's logit z_k (of the router input detached) gets,
+// through the carrier added to the loss, sum_k (sigmoid(z_k) - y_k) r_k, where y_k = 1 for the
+// share of the windows whose update helps least: b_k = -g_k a_k smallest, a_k = d loss / d alpha
+// of window k (finite differences of forced gates, the skipped windows' at their fallback and
+// gate 0) and g_k its gate or, skipped, its fallback's gate among the experts. Without the
+// carrier the head's row gets nothing: it learns from the target alone.
+TEST(Routing, TheSkipTargetTeachesTheHeadTheWindowsWhoseUpdateHelpsLeast) {
+  auto c = tiny_config();
+  c.core_depth = 1;
+  c.library_size = 2;
+  c.router_skip = true;
+  c.router_skip_renorm = true;
+  c.router_skip_head = true;
+  c.router_skip_share = 0.3;
+  c.router_skip_target = true;
+  auto model = make_model(c, 16, /*router_scale=*/1.0);
+  model->to(torch::kFloat64);
+  std::mt19937 rng(17);
+  const auto tokens = random_tokens(rng, 40, c.vocab_size);
+  Layout layout(Batch::single(tokens, 2), c.vocab_size, testing::device());
+  const int64_t L = c.library_size;
+  auto weight = model->named_parameters()["router.weight"];
+  {
+    // A skip row that gives the windows head logits z_k - log L of alternating sign, +-(0.3 +
+    // 0.1 k) (the router inputs of fewer windows than d are independent), so that some skip.
+    torch::NoGradGuard no_grad;
+    const auto inputs = model->forward(layout).routes.at(0).router_inputs.to(torch::kCPU);
+    const int64_t n = inputs.size(0);
+    ASSERT_LT(n, c.d_model);
+    auto wanted = torch::empty({n}, torch::kFloat64);
+    for (int64_t k = 0; k < n; ++k)
+      wanted[k] = (k % 2 == 0 ? -1.0 : 1.0) * (0.3 + 0.1 * static_cast<double>(k)) +
+                  std::log(static_cast<double>(L));
+    weight[0][L].copy_(torch::mv(torch::pinverse(inputs), wanted).to(weight.device()));
+  }
+  auto run = [&](bool with_carrier) {
+    model->zero_grad();
+    auto result = model->forward(layout);
+    auto loss = result.logits.pow(2).mean();
+    EXPECT_TRUE(result.routes.at(0).target_carrier.defined());
+    if (with_carrier) {
+      EXPECT_EQ(result.routes[0].target_carrier.item<double>(), 0.0);
+      loss = loss + result.routes[0].target_carrier;
+    }
+    loss.backward();
+    return result;
+  };
+  run(false);
+  EXPECT_LT(weight.grad()[0][L].abs().max().item<double>(), 1e-12);
+  const auto result = run(true);
+  const auto grad = weight.grad()[0][L].to(torch::kCPU);
+
+  const auto& route = result.routes[0];
+  const auto probs = route.probs.detach().to(torch::kCPU);
+  const auto inputs = route.router_inputs.detach().to(torch::kCPU);
+  const auto& host = route.host();
+  const int64_t windows = static_cast<int64_t>(host.blocks.size());
+  const auto update = route.update_gates().detach().to(torch::kCPU);
+  int64_t skipped = 0;
+  for (auto e : host.experts) skipped += e == L;
+  ASSERT_GE(windows, 6);
+  ASSERT_GT(skipped, 0);
+  ASSERT_LT(skipped, windows);
+  torch::NoGradGuard no_grad;
+  const double h = 1e-5;
+  std::vector<double> benefit(windows);
+  for (int64_t k = 0; k < windows; ++k) {
+    auto loss_at = [&](double shift) {
+      ForcedPath path;
+      for (int64_t j = 0; j < windows; ++j)
+        path.depths[1][j] = {host.blocks[j], update[j].item<double>() + (j == k ? shift : 0.0)};
+      ForwardOptions o;
+      o.force = &path;
+      return model->forward(layout, o).logits.pow(2).mean().item<double>();
+    };
+    const double a = (loss_at(h) - loss_at(-h)) / (2 * h);
+    const double g = host.experts[k] == L ? probs[k][host.blocks[k]].item<double>() /
+                                                (1 - probs[k][L].item<double>())
+                                          : update[k].item<double>();
+    benefit[k] = -g * a;
+  }
+  std::vector<int64_t> order(windows);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t i, int64_t j) { return benefit[i] < benefit[j]; });
+  const auto picked = static_cast<size_t>(std::llround(c.router_skip_share * windows));
+  ASSERT_GT(picked, 0u);
+  // The labels are those of the finite differences only if no two benefits at the cut are close.
+  const double gap = benefit[order[picked]] - benefit[order[picked - 1]];
+  ASSERT_GT(gap, 1e-6 * std::abs(benefit[order[picked]]) + 1e-9);
+  auto expected = torch::zeros({c.d_model}, torch::kFloat64);
+  for (int64_t k = 0; k < windows; ++k) {
+    const double q = probs[k][L].item<double>();
+    const bool label = std::find(order.begin(), order.begin() + static_cast<int64_t>(picked), k) !=
+                       order.begin() + static_cast<int64_t>(picked);
+    expected += (q - (label ? 1.0 : 0.0)) * inputs[k];
+  }
+  EXPECT_LT(max_abs_diff(grad, expected), 1e-9 * expected.abs().max().item<double>() + 1e-12);
 }
 
 TEST(GoldenRouting, ExecutedDepthBelowDMatchesTheReference) {

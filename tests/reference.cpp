@@ -169,10 +169,16 @@ torch::Tensor routed_core(const Context& ctx, torch::Tensor x, const torch::Tens
         depth_bias = torch::cat({depth_bias, on_skip});
       }
       auto scored = scores(c, c.router_skip_head ? probs.log() : logits, probs) + depth_bias;
-      auto sorted = std::get<0>(scored.sort(0, /*descending=*/true));
-      int64_t expert = scored.argmax().item<int64_t>();
-      double margin = c.route_choices() > 1 ? (sorted[0] - sorted[1]).item<double>()
-                                            : std::numeric_limits<double>::infinity();
+      // router_skip_target: the skip when p_skip > sigmoid(-b_skip), else the experts' best; the
+      // margin is the experts'.
+      const bool two_stage = c.router_skip_target;
+      const auto ranked = two_stage ? scored.narrow(0, 0, L) : scored;
+      auto sorted = std::get<0>(ranked.sort(0, /*descending=*/true));
+      const bool skips =
+          two_stage && (probs[L] > torch::sigmoid(-depth_bias[L].to(probs.dtype()))).item<bool>();
+      int64_t expert = skips ? L : ranked.argmax().item<int64_t>();
+      double margin = ranked.size(0) > 1 ? (sorted[0] - sorted[1]).item<double>()
+                                         : std::numeric_limits<double>::infinity();
       if (hint && margin < tie_margin) {
         auto it = hint->find({l, k});
         if (it != hint->end()) expert = it->second;
@@ -213,7 +219,9 @@ torch::Tensor routed_core(const Context& ctx, torch::Tensor x, const torch::Tens
         auto y = block(ctx, "library." + std::to_string(runs) + ".", xs, pos.index_select(0, idx_t),
                        ro_w, torch::ones({t, t}, torch::kBool), &film, false);
         auto update_gate = gate;
-        if (skipped) {
+        if (skipped && two_stage) {
+          update_gate = torch::zeros_like(gate);  // the target reads its gradient: none here
+        } else if (skipped) {
           const auto experts_total = probs.narrow(0, 0, L).sum();
           update_gate =
               (probs[runs] / experts_total).detach() * (experts_total - experts_total.detach());

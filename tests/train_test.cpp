@@ -880,6 +880,42 @@ TEST(Training, MetricsFollowTheSteeredSkip) {
   remove_tree(dir.string());
 }
 
+// router_skip_target through the trainer: the skip head starts below 1/2 on every window (no
+// window skips), the target's gradient reaches its router row at each step (the carrier is in the
+// loss), and the skip's bias brings the share from 0 toward the target.
+TEST(Training, TheSkipTargetAndItsBiasLeadTheSkipShareTowardIt) {
+  auto c = train_model_config(Family::kLol);
+  c.core_depth = 3;
+  c.library_size = 4;
+  c.router_skip = true;
+  c.router_skip_renorm = true;
+  c.router_skip_head = true;
+  c.router_skip_share = 0.25;
+  c.router_skip_target = true;
+  c.balance_rate = 0.05;
+  auto config = small_run();
+  config.steps = 60;
+  auto dir = temp_dir("skip_target");
+  LanguageModel model(c);
+  model->initialize(4);
+  Trainer trainer(model, config, dir.string(), testing::device());
+  std::vector<double> shares;
+  auto weight = model->named_parameters()["router.weight"];
+  trainer.run({}, [&](const StepMetrics& m) {
+    ASSERT_TRUE(m.skip_share.has_value());
+    shares.push_back(*m.skip_share);
+    ASSERT_TRUE(weight.grad().defined());
+    EXPECT_GT(weight.grad()[0][c.library_size].abs().max().item<double>(), 0.0)
+        << "step " << m.step;
+  });
+  ASSERT_EQ(shares.size(), 60u);
+  EXPECT_EQ(shares.front(), 0.0);
+  const double late = std::accumulate(shares.end() - 10, shares.end(), 0.0) / 10;
+  EXPECT_GT(late, 0.05);
+  EXPECT_LT(late, 0.6);
+  remove_tree(dir.string());
+}
+
 // A window of metrics by hand: means of the per-step figures, the tokens over the wall time,
 // counts summed, the last step's state; an empty window has nothing to summarise.
 TEST(Training, MetricsWindowAveragesSumsAndKeepsTheLastState) {

@@ -71,6 +71,9 @@ const std::vector<Field<ModelConfig>>& ModelConfig::fields() {
             "router_skip)"),
       field("router_skip_share", &C::router_skip_share,
             "share of windows the skip's bias steers toward (lol, router_skip)"),
+      field("router_skip_target", &C::router_skip_target,
+            "skip head learns to pick the share of windows whose update helps least (lol, "
+            "router_skip_head)"),
       field("rope_theta", &C::rope_theta, "rotary base"),
       field("norm_eps", &C::norm_eps, "RMSNorm epsilon"),
       field("tie_embeddings", &C::tie_embeddings, "tie LM head to embedding"),
@@ -142,6 +145,11 @@ void ModelConfig::validate() const {
           "router_skip_renorm needs router_skip=true (a skip choice to leave out of the gate)");
       LOL_CHECK(!router_skip_head || router_skip,
                 "router_skip_head needs router_skip=true (a skip choice to score)");
+      LOL_CHECK(!router_skip_target || (router_skip_head && router_skip_renorm),
+                "router_skip_target needs router_skip_head=true and router_skip_renorm=true (a "
+                "skip head to train, and gates that leave it out)");
+      LOL_CHECK(!router_skip_target || router_skip_share > 0,
+                "router_skip_target needs a router_skip_share (the share of windows to pick)");
       break;
     case Family::kDense:
       break;

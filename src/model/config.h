@@ -58,10 +58,15 @@ struct ModelConfig {
   double router_skip_share = 0;     // lol with router_skip: the share of counted windows the skip
                                  // should take; a bias on the skip's score moves toward it (0: no
                                  // bias on the skip)
-  double rope_theta = 10000.0;                          // rotary base
-  double norm_eps = 1e-5;                               // RMSNorm epsilon
-  bool tie_embeddings = true;                           // LM head shares the embedding matrix
-  int64_t max_seq_len = 1024;                           // longest document the model is meant for
+  bool router_skip_target = false;  // lol with router_skip_head, router_skip_renorm and a
+                                    // router_skip_share s: a window skips when p_skip >
+                                    // sigmoid(-b_skip), and the head learns by binary
+                                    // cross-entropy to pick, per micro-batch and depth, the share
+                                    // s of windows whose update helps least
+  double rope_theta = 10000.0;      // rotary base
+  double norm_eps = 1e-5;           // RMSNorm epsilon
+  bool tie_embeddings = true;       // LM head shares the embedding matrix
+  int64_t max_seq_len = 1024;       // longest document the model is meant for
   CoreAttention core_attention = CoreAttention::kFull;  // non-lol core: full | sliding | strided
   int64_t loop_blocks = 1;  // R: distinct blocks of the looped core (core_depth % R == 0)
   int64_t moe_experts = 4;  // FFN experts per MoE layer

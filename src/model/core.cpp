@@ -158,8 +158,11 @@ torch::Tensor LolCore::forward(const torch::Tensor& x_in, const Layout& layout,
                     : run_blocks(xp, groups->slices, rotary_rows, part.plan, &rows, perm, inverse);
     // s = H + alpha * (E(H) - H) in token order, alpha per window broadcast to its tokens.
     scope.emplace("permute");
-    x = routed_residual(x, yp, decision.update_gates(), part.token_window_t,
-                        identity ? torch::Tensor() : inverse);
+    // router_skip_target in training: the gates pass through the node that teaches the skip head.
+    const auto gates = decision.head_logits.defined()
+                           ? skip_target(decision, config_.router_skip_share)
+                           : decision.update_gates();
+    x = routed_residual(x, yp, gates, part.token_window_t, identity ? torch::Tensor() : inverse);
     scope.reset();
     if (options.hook) options.hook("core_depth_out", l, x);
     if (routes) routes->push_back(std::move(decision));

@@ -9,6 +9,9 @@
 
 namespace lol {
 
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
 const ForcedPath::Entry* ForcedPath::find(int64_t depth, int64_t ordinal) const {
   auto d = depths.find(depth);
   if (d == depths.end() || d->second.empty()) return nullptr;
@@ -93,6 +96,7 @@ RouterImpl::RouterImpl(const ModelConfig& c)
       skip(c.router_skip),
       skip_renorm(c.router_skip_renorm),
       skip_head(c.router_skip_head),
+      skip_target(c.router_skip_target),
       noise_std(c.router_noise_std) {
   const int64_t copies = c.router_tied ? 1 : c.core_depth;
   weight = register_parameter("weight", torch::zeros({copies, c.route_choices(), c.d_model}));
@@ -162,6 +166,12 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
                                       part.ordinals_t, force, skip_rule());
   out.partition = &part;
   out.router_inputs = inputs;
+  if (skip_target && torch::GradMode::is_enabled() && weight.requires_grad()) {
+    const int64_t experts = weight.size(1) - 1;
+    out.head_logits =
+        torch::mv(inputs.detach(), weight[weight.size(0) == 1 ? 0 : depth - 1][experts]) -
+        std::log(static_cast<double>(experts));
+  }
   return out;
 }
 
@@ -294,9 +304,18 @@ RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& b
   out.skip = skip ? L - 1 : -1;
   out.probs = probs;
   auto biased = balanced_scores(probs, bias, space);
-  out.router_choice = biased.argmax(1);  // the first maximum, on every device
-  if (L > 1) {
-    auto top = std::get<0>(biased.topk(2, 1)).to(torch::kFloat64);
+  // The experts' best balanced score (the first maximum, on every device) is what a skipped
+  // window falls back to (router_skip_head) and, with the target, what a window not skipping runs.
+  const bool two_stage = skip && skip_rule.target;
+  if (skip && (skip_rule.head || skip_rule.target))
+    out.fallback = biased.narrow(1, 0, L - 1).argmax(1);
+  out.router_choice =
+      two_stage ? torch::where(probs.detach().select(1, L - 1) > torch::sigmoid(-bias[L - 1]),
+                               torch::full_like(out.fallback, L - 1), out.fallback)
+                : biased.argmax(1);
+  const auto ranked = two_stage ? biased.narrow(1, 0, L - 1) : biased;
+  if (ranked.size(1) > 1) {
+    auto top = std::get<0>(ranked.topk(2, 1)).to(torch::kFloat64);
     out.margins = top.select(1, 0) - top.select(1, 1);
   } else {
     out.margins = torch::full({num_windows}, std::numeric_limits<double>::infinity(),
@@ -333,26 +352,74 @@ RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& b
   // p_rho / (1 - p_skip) (summed, so that it stays exact when p_skip rounds to 1), the softmax of
   // the experts' logits alone; a skipped window's reported gate stays its p.
   out.gates = probs.gather(1, out.experts.unsqueeze(1)).squeeze(1);
-  if (skip && skip_rule.renorm) {
-    const auto experts_total =
-        probs.narrow(1, 0, L - 1).sum(1).clamp_min(std::numeric_limits<float>::min());
+  const auto experts_total =
+      skip && (skip_rule.renorm || skip_rule.head)
+          ? probs.narrow(1, 0, L - 1).sum(1).clamp_min(std::numeric_limits<float>::min())
+          : torch::Tensor();
+  if (skip && skip_rule.renorm)
     out.gates = torch::where(out.experts == L - 1, out.gates, out.gates / experts_total);
-  }
   if (forced_gates.defined())
     out.gates = torch::where(out.forced_gate, forced_gates.to(out.gates.scalar_type()), out.gates);
   if (skip && skip_rule.head) {
     // The update a skipped window did not make, as a gate of value exactly 0 (t - t.detach())
     // whose gradient is that of g (1 - p_skip) in p_skip, g the fallback's gate among the experts
     // held fixed: the skip's logit learns whether running the fallback would have lowered the
-    // loss; the experts' logits learn from routed windows as before.
-    out.fallback = biased.narrow(1, 0, L - 1).argmax(1);
-    const auto experts_total =
-        probs.narrow(1, 0, L - 1).sum(1).clamp_min(std::numeric_limits<float>::min());
-    const auto among_experts =
+    // loss; the experts' logits learn from routed windows as before. With the target, a plain 0:
+    // the head learns from skip_target instead.
+    out.fallback_gates =
         (probs.gather(1, out.fallback.unsqueeze(1)).squeeze(1) / experts_total).detach();
-    out.probe_gates = among_experts * (experts_total - experts_total.detach());
+    out.probe_gates = skip_rule.target
+                          ? torch::zeros_like(out.fallback_gates)
+                          : out.fallback_gates * (experts_total - experts_total.detach());
   }
   return out;
+}
+
+namespace {
+// skip_target's node: the gates pass through; the head's logits get the target's gradient.
+struct SkipTargetFunction : torch::autograd::Function<SkipTargetFunction> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& gates,
+                               const torch::Tensor& head_logits, const torch::Tensor& weights,
+                               double share) {
+    ctx->set_materialize_grads(false);
+    ctx->saved_data["share"] = share;
+    ctx->save_for_backward({head_logits.detach(), weights});
+    return {gates.clone(), torch::zeros({}, head_logits.options())};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& z = saved[0];
+    const auto& weights = saved[1];
+    torch::Tensor grad_logits;
+    if (grads[1].defined()) {
+      // b = -g a in float64, ranked with a stable sort: the same labels on every device.
+      const auto benefit =
+          grads[0].defined()
+              ? -(weights.to(torch::kFloat64) * grads[0].to(torch::kFloat64))
+              : torch::zeros(weights.sizes(), weights.options().dtype(torch::kFloat64));
+      const int64_t n = benefit.size(0);
+      const auto picked = static_cast<int64_t>(
+          std::llround(ctx->saved_data["share"].toDouble() * static_cast<double>(n)));
+      const auto order = std::get<1>(benefit.sort(/*stable=*/true, 0, /*descending=*/false));
+      const auto labels = torch::zeros_like(z).index_fill_(0, order.narrow(0, 0, picked), 1);
+      grad_logits = grads[1] * (torch::sigmoid(z) - labels);
+    }
+    return {grads[0], grad_logits, torch::Tensor(), torch::Tensor()};
+  }
+};
+}  // namespace
+
+torch::Tensor skip_target(RouteDecisions& decisions, double share) {
+  LOL_CHECK(decisions.head_logits.defined() && decisions.fallback_gates.defined(),
+            "skip_target: the decisions of a router with a skip head in training");
+  const auto update = decisions.update_gates();
+  // The gate each window's update has, or for a skipped window would have had.
+  const auto weights =
+      torch::where(decisions.experts == decisions.skip, decisions.fallback_gates, update).detach();
+  auto out = SkipTargetFunction::apply(update, decisions.head_logits, weights, share);
+  decisions.target_carrier = out[1];
+  return out[0];
 }
 
 torch::Tensor RouteDecisions::block_ids() const {

@@ -73,8 +73,13 @@ struct RouteDecisions {
   // (windows) int64, the expert of the best balanced score but the skip's; `probe_gates`
   // (windows), of value exactly 0 with the gradient of g (1 - p_skip) in p_skip, g the fallback's
   // gate among the experts held fixed: d loss / d alpha of the update the window did not make
-  // reaches the skip's logit alone.
-  torch::Tensor fallback, probe_gates;
+  // reaches the skip's logit alone; `fallback_gates` (windows, detached), that g.
+  torch::Tensor fallback, probe_gates, fallback_gates;
+  // With router_skip_target (training: RouterImpl::route), the skip head's logit z_L - log L of
+  // the router inputs detached (windows), which the target trains (skip_target); set by
+  // skip_target, a scalar of value 0 that carries the target's gradient: the trainer adds it to
+  // the summed loss. Undefined otherwise.
+  torch::Tensor head_logits, target_carrier;
 
   // What a routed depth runs. A skipped window keeps its states: it runs expert 0 (the fallback
   // with router_skip_head) at update gate 0 (the probe gate, of value 0), s = H + 0 (E(H) - H) = H
@@ -113,23 +118,38 @@ torch::Tensor balanced_scores(const torch::Tensor& probs, const torch::Tensor& b
 // What the last route choice is: `skip`, the last of the C choices is the skip (router_skip);
 // `renorm`, a routed window's gate leaves the skip out (router_skip_renorm); `head`, the skip's
 // probability is its own sigmoid and a skipped window probes the router's best expert
-// (router_skip_head: RouteDecisions::probe_gates).
+// (router_skip_head: RouteDecisions::probe_gates); `target`, the skip is a decision of its own,
+// p_skip > sigmoid(-b_skip) (b_skip the skip's bias), before the best balanced expert is chosen,
+// and the probe gate is a plain 0 whose gradient skip_target reads (router_skip_target).
 struct SkipRule {
   bool skip = false;
   bool renorm = false;
   bool head = false;
+  bool target = false;
 };
 
 // Top-1 selection from router probabilities (SPEC 1.4, 1.6): argmax of the balanced scores (the
-// first maximum on ties), then the forced path; alpha = p of the chosen expert (over the experts'
-// total with skip_rule.renorm) unless the gate is forced. One row per window, `ordinals`
-// (windows) int64 its window ordinal, on the device of `probs`. Tensor operations only: nothing
-// waits for the device. Fills every RouteDecisions field but partition and inputs. probs and
-// bias over the C choices: C = L, or C = L + 1 with skip_rule.skip, the last choice the skip
-// (RouterImpl::depth_bias).
+// first maximum on ties; with skip_rule.target the skip when p_skip > sigmoid(-b_skip), else the
+// experts' argmax, and margins among the experts), then the forced path; alpha = p of the chosen
+// expert (over the experts' total with skip_rule.renorm) unless the gate is forced. One row per
+// window, `ordinals` (windows) int64 its window ordinal, on the device of `probs`. Tensor
+// operations only: nothing waits for the device. Fills every RouteDecisions field but partition and
+// inputs. probs and bias over the C choices: C = L, or C = L + 1 with skip_rule.skip, the last
+// choice the skip (RouterImpl::depth_bias).
 RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& bias,
                               BalanceSpace space, int64_t depth, const torch::Tensor& ordinals,
                               const ForcedPath* force, SkipRule skip_rule);
+
+// router_skip_target, in training: the skip head learns to pick the windows whose update helps
+// least. Returns `decisions.update_gates()` unchanged, through a node that, in the backward pass,
+// reads each window's d loss / d alpha (a), scores its update's benefit b = -g a (g its gate, or
+// for a skipped window the gate its fallback would have had among the experts, so a is that of
+// the zero probe gate), labels the share `share` of the windows with the lowest b 1 (skip) and the
+// rest 0 (the first in window order on ties), and gives head_logits the gradient of a binary
+// cross-entropy of sigmoid(head_logits) against the labels, summed over the windows and scaled as
+// the loss is (the gradient reaching target_carrier, which it sets). The labels come from the
+// micro-batch's windows of this depth, so the forward pass stays causal and per-row.
+torch::Tensor skip_target(RouteDecisions& decisions, double share);
 
 struct RouterImpl : torch::nn::Module {
   explicit RouterImpl(const ModelConfig& c);
@@ -159,7 +179,9 @@ struct RouterImpl : torch::nn::Module {
   bool skip;         // the last of the C choices is the skip (router_skip)
   bool skip_renorm;  // gates among the experts only (router_skip_renorm)
   bool skip_head;    // p_skip = sigmoid(z_L - log L), the experts share the rest (router_skip_head)
-  SkipRule skip_rule() const { return {skip, skip_renorm, skip_head}; }
+  bool skip_target;  // p_skip against its bias decides, the head learns a target
+                     // (router_skip_target)
+  SkipRule skip_rule() const { return {skip, skip_renorm, skip_head, skip_target}; }
   double noise_std;
   ParamRoles roles;
 };

@@ -158,7 +158,12 @@ StepMetrics Trainer::train_step() {
     // The last micro-batch's backward pass starts the all-reduce of each bucket of gradients as
     // soon as it is complete.
     if (grad_sync_ && k + 1 == micro.size()) grad_sync_->arm();
-    (loss / static_cast<double>(std::max<int64_t>(1, loss_tokens))).backward();
+    // router_skip_target: each routed depth's carrier (value 0) brings the skip head's target
+    // into the backward pass, scaled as the loss is.
+    auto objective = loss;
+    for (const auto& route : result.routes)
+      if (route.target_carrier.defined()) objective = objective + route.target_carrier;
+    (objective / static_cast<double>(std::max<int64_t>(1, loss_tokens))).backward();
     scope.emplace("balance");
     model_->core().count_loads(result.routes, loads);
     scope.reset();
