@@ -48,6 +48,14 @@ expect_ok "info with a skip" "$lol" info --model "$dir/skip"
 grep -q "^router rows *|R\[m\]| per expert 0..L-1, then the skip's" "$dir/out" &&
   pass "info names the skip's router row" ||
   failed "info does not name the skip's router row: $(grep '^router rows' "$dir/out")"
+expect_ok "init with a skip head and its target" "$lol" init --preset tiny --seed 1 --set router_skip=true \
+  --set router_skip_renorm=true --set router_skip_head=true --set router_skip_share=0.25 \
+  --set router_skip_target=true --out "$dir/skip_target"
+expect_ok "info with a skip head" "$lol" info --model "$dir/skip_target"
+grep -q "^router rows .*then the skip head's (p_skip = sigmoid(z - log L))" "$dir/out" &&
+  grep -q "^skip bias *router_skip_share=0.25; skip where p_skip > sigmoid(-bias)" "$dir/out" &&
+  pass "info names the skip head's row and its threshold" ||
+  failed "info: the skip head's row or threshold unnamed: $(grep -e '^router rows' -e '^skip bias' "$dir/out")"
 expect_ok "forward" "$lol" forward --model "$dir/m" --tokens 1,2,3,4,5,6,7,8,9 --prompt-len 2 --router-only 1 --out "$dir/f.json"
 grep -q '"routes"' "$dir/f.json" && pass "forward json" || failed "forward json has no routes"
 echo '{"entries":[{"depth":1,"window":0,"expert":2,"gate":0.5}]}' >"$dir/path.json"

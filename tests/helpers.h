@@ -153,6 +153,15 @@ inline ModelConfig random_config(std::mt19937& rng, Family family) {
   return c;
 }
 
+// `base` with `depth` routed depths over a library of `library` and the skip head: a skip choice
+// left out of the gate whose probability is its own sigmoid (router_skip, _renorm, _head).
+inline ModelConfig skip_head_config(ModelConfig base, int64_t depth, int64_t library) {
+  base.core_depth = depth;
+  base.library_size = library;
+  base.router_skip = base.router_skip_renorm = base.router_skip_head = true;
+  return base;
+}
+
 inline TensorMap weights_of(const LanguageModel& model) {
   TensorMap out;
   for (auto& [name, t] : model->named_state()) out[name] = t.detach().to(torch::kCPU).clone();

@@ -13,6 +13,7 @@ using testing::make_model;
 using testing::max_abs_diff;
 using testing::random_config;
 using testing::random_tokens;
+using testing::skip_head_config;
 using testing::tiny_config;
 using testing::weights_of;
 
@@ -487,12 +488,7 @@ TEST(Routing, TheSkipHeadProbesTheBestOtherExpert) {
 // alpha = 0 (finite differences of forced gates), g_k the fallback's gate among the experts, q_k
 // = p_skip, r_k the router input. The experts' rows get nothing (but float rounding).
 TEST(Routing, TheSkipHeadLearnsWhatTheUpdateWouldHaveDone) {
-  auto c = tiny_config();
-  c.core_depth = 1;
-  c.library_size = 2;
-  c.router_skip = true;
-  c.router_skip_renorm = true;
-  c.router_skip_head = true;
+  const auto c = skip_head_config(tiny_config(), 1, 2);
   auto model = make_model(c, 16, /*router_scale=*/1.0);
   model->to(torch::kFloat64);
   std::mt19937 rng(17);
@@ -600,12 +596,7 @@ TEST(Routing, TheSkipTargetDecidesOnTheSkipFirst) {
 // gate 0) and g_k its gate or, skipped, its fallback's gate among the experts. Without the
 // carrier the head's row gets nothing: it learns from the target alone.
 TEST(Routing, TheSkipTargetTeachesTheHeadTheWindowsWhoseUpdateHelpsLeast) {
-  auto c = tiny_config();
-  c.core_depth = 1;
-  c.library_size = 2;
-  c.router_skip = true;
-  c.router_skip_renorm = true;
-  c.router_skip_head = true;
+  auto c = skip_head_config(tiny_config(), 1, 2);
   c.router_skip_share = 0.3;
   c.router_skip_target = true;
   auto model = make_model(c, 16, /*router_scale=*/1.0);

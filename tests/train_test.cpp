@@ -884,12 +884,7 @@ TEST(Training, MetricsFollowTheSteeredSkip) {
 // window skips), the target's gradient reaches its router row at each step (the carrier is in the
 // loss), and the skip's bias brings the share from 0 toward the target.
 TEST(Training, TheSkipTargetAndItsBiasLeadTheSkipShareTowardIt) {
-  auto c = train_model_config(Family::kLol);
-  c.core_depth = 3;
-  c.library_size = 4;
-  c.router_skip = true;
-  c.router_skip_renorm = true;
-  c.router_skip_head = true;
+  auto c = testing::skip_head_config(train_model_config(Family::kLol), 3, 4);
   c.router_skip_share = 0.25;
   c.router_skip_target = true;
   c.balance_rate = 0.05;

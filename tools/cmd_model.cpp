@@ -261,18 +261,25 @@ void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
       std::cout << "  (a range of 1 is the most a bias on the probabilities can do: the expert "
                    "lowest in it runs only where its probability leads by nearly 1; "
                    "balance_space=logits has no such limit)\n";
+    // With the target the bias sets the threshold p_skip > sigmoid(-b) on the head's own
+    // probability; otherwise it is added to the skip's balanced score.
     print_rows("skip bias",
                "router_skip_share=" + json(config.router_skip_share).dump() +
+                   (config.router_skip_target ? "; skip where p_skip > sigmoid(-bias)" : "") +
                    (config.balance_per_depth ? "; per depth 1..D" : ""),
                trained.skip_bias, true, false);
     print_rows("FiLM", "rms over d_model per depth 1..D (0 at initialisation)", trained.film, false,
                false);
     print_rows("router depth vectors", "|e[l]| per depth 1..D", trained.depth_vectors, false,
                false);
-    print_rows("router rows",
-               std::string("|R[m]| per expert 0..L-1") +
-                   (config.router_skip ? ", then the skip's" : "") + " (logits scale with it)",
-               trained.router_rows, false, false);
+    print_rows(
+        "router rows",
+        std::string("|R[m]| per expert 0..L-1") +
+            (!config.router_skip       ? ""
+             : config.router_skip_head ? ", then the skip head's (p_skip = sigmoid(z - log L))"
+                                       : ", then the skip's") +
+            " (logits scale with it)",
+        trained.router_rows, false, false);
   });
 }
 
