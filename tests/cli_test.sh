@@ -50,11 +50,11 @@ grep -q "^router rows *|R\[m\]| per expert 0..L-1, then the skip's" "$dir/out" &
   failed "info does not name the skip's router row: $(grep '^router rows' "$dir/out")"
 expect_ok "init with a skip head and its target" "$lol" init --preset tiny --seed 1 --set router_skip=true \
   --set router_skip_renorm=true --set router_skip_head=true --set router_skip_share=0.25 \
-  --set router_skip_target=true --out "$dir/skip_target"
+  --set router_skip_target=true --set router_skip_window0=false --out "$dir/skip_target"
 expect_ok "info with a skip head" "$lol" info --model "$dir/skip_target"
 grep -q "^router rows .*then the skip head's (p_skip = sigmoid(z - log L))" "$dir/out" &&
-  grep -q "^skip bias *router_skip_share=0.25; skip where p_skip > sigmoid(-bias)" "$dir/out" &&
-  pass "info names the skip head's row and its threshold" ||
+  grep -q "^skip bias *router_skip_share=0.25; skip where p_skip > sigmoid(-bias); not offered to window 0" "$dir/out" &&
+  pass "info names the skip head's row, its threshold and the windows offered" ||
   failed "info: the skip head's row or threshold unnamed: $(grep -e '^router rows' -e '^skip bias' "$dir/out")"
 expect_ok "forward" "$lol" forward --model "$dir/m" --tokens 1,2,3,4,5,6,7,8,9 --prompt-len 2 --router-only 1 --out "$dir/f.json"
 grep -q '"routes"' "$dir/f.json" && pass "forward json" || failed "forward json has no routes"
@@ -69,6 +69,7 @@ expect_ok "generate past max_seq_len" "$lol" generate --model "$dir/m" --tokens 
   grep -q "1 of 1 sequences stopped at the model's max_seq_len of 128 tokens, before --max-tokens 1000" "$dir/err" &&
   pass "a continuation cut by max_seq_len says so" || failed "cut by max_seq_len: $(head -c 300 "$dir/err")"
 expect_error "generate ids out of range" "'999' is not a token id in \\[0, 64)" "$lol" generate --model "$dir/m" --prompt "1 999" --max-tokens 4
+expect_error "the skip withheld without a skip" "router_skip_window0=false needs router_skip=true" "$lol" init --preset tiny --seed 1 --set router_skip_window0=false --out "$dir/noskip"
 expect_error "serve without a model" "not a model directory" "$lol" serve --model "$dir/nowhere" --port 0
 expect_error "workers that do not divide a step" "--nproc 2: a step's 1 micro-batch(es) (grad_accum) must divide" "$lol" train --preset tiny --steps 2 --out "$dir/dp" --nproc 2
 # A new run's settings are checked once, by the launcher, before any worker starts: one error.

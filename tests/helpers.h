@@ -150,6 +150,7 @@ inline ModelConfig random_config(std::mt19937& rng, Family family) {
   if (c.router_skip) c.router_skip_head = pick({0, 1}) == 1;
   if (c.router_skip_head && c.router_skip_renorm && c.router_skip_share > 0)
     c.router_skip_target = pick({0, 1}) == 1;
+  if (c.router_skip) c.router_skip_window0 = pick({0, 1}) == 1;
   return c;
 }
 

@@ -589,16 +589,59 @@ TEST(Routing, TheSkipTargetDecidesOnTheSkipFirst) {
   EXPECT_EQ(lowered.host().experts, (std::vector<int64_t>{3, 3, 0, 0}));
 }
 
+// router_skip_window0 = false: a window of ordinal 0 is not offered the skip, by every rule (the
+// plain skip, the head, the target): it runs the experts' best balanced score, with the margin
+// among the experts, while windows of later ordinals skip as before; a forced path still forces
+// the skip there.
+TEST(Routing, TheSkipIsNotOfferedToWindow0WhenWithheld) {
+  // Every row would skip: p_skip 0.6 leads, and exceeds the target's threshold 1/2.
+  const auto probs = torch::tensor({{0.1f, 0.2f, 0.1f, 0.6f},
+                                    {0.1f, 0.2f, 0.1f, 0.6f},
+                                    {0.05f, 0.1f, 0.25f, 0.6f},
+                                    {0.1f, 0.2f, 0.1f, 0.6f}});
+  const auto bias = torch::zeros({4});
+  const auto ordinals = torch::tensor({0, 1, 0, 2}, torch::kLong);
+  const std::vector<SkipRule> rules = {
+      {/*skip=*/true, /*renorm=*/false, /*head=*/false, /*target=*/false},
+      {/*skip=*/true, /*renorm=*/true, /*head=*/true, /*target=*/false},
+      {/*skip=*/true, /*renorm=*/true, /*head=*/true, /*target=*/true}};
+  for (auto rule : rules) {
+    SCOPED_TRACE("head " + std::to_string(rule.head) + " target " + std::to_string(rule.target));
+    auto offered = select_experts(probs, bias, BalanceSpace::kProbs, 1, ordinals, nullptr, rule);
+    EXPECT_EQ(offered.host().experts, (std::vector<int64_t>{3, 3, 3, 3}));
+    EXPECT_TRUE(offered.skip_offered.all().item<bool>());
+    rule.window0 = false;
+    auto withheld = select_experts(probs, bias, BalanceSpace::kProbs, 1, ordinals, nullptr, rule);
+    EXPECT_EQ(withheld.host().experts, (std::vector<int64_t>{1, 3, 2, 3}));
+    EXPECT_EQ(withheld.host().router_choice, (std::vector<int64_t>{1, 3, 2, 3}));
+    EXPECT_TRUE(torch::equal(withheld.skip_offered, ordinals != 0));
+    EXPECT_NEAR(withheld.host().margins[0], 0.1, 1e-6);
+    EXPECT_NEAR(withheld.host().margins[2], 0.15, 1e-6);
+    // A routed window of ordinal 0 takes its expert's gate (among the experts with renorm).
+    const auto gates = withheld.update_gates();
+    EXPECT_FLOAT_EQ(gates[0].item<float>(), rule.renorm ? 0.2f / 0.4f : 0.2f);
+    ForcedPath path;
+    path.depths[1][0] = {3, std::nullopt};
+    auto forced = select_experts(probs, bias, BalanceSpace::kProbs, 1, ordinals, &path, rule);
+    EXPECT_EQ(forced.host().experts, (std::vector<int64_t>{3, 3, 3, 3}));
+  }
+}
+
 // router_skip_target in a model: the skip head's logit z_k (of the router input detached) gets,
 // through the carrier added to the loss, sum_k (sigmoid(z_k) - y_k) r_k, where y_k = 1 for the
 // share of the windows whose update helps least: b_k = -g_k a_k smallest, a_k = d loss / d alpha
 // of window k (finite differences of forced gates, the skipped windows' at their fallback and
 // gate 0) and g_k its gate or, skipped, its fallback's gate among the experts. Without the
-// carrier the head's row gets nothing: it learns from the target alone.
-TEST(Routing, TheSkipTargetTeachesTheHeadTheWindowsWhoseUpdateHelpsLeast) {
+// carrier the head's row gets nothing: it learns from the target alone. With the skip withheld
+// from window 0 (router_skip_window0 = false) the share is of the other windows, and window 0
+// adds nothing.
+class SkipTargetGradient : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SkipTargetGradient, TeachesTheHeadTheWindowsWhoseUpdateHelpsLeast) {
   auto c = skip_head_config(tiny_config(), 1, 2);
   c.router_skip_share = 0.3;
   c.router_skip_target = true;
+  c.router_skip_window0 = GetParam();
   auto model = make_model(c, 16, /*router_scale=*/1.0);
   model->to(torch::kFloat64);
   std::mt19937 rng(17);
@@ -665,17 +708,20 @@ TEST(Routing, TheSkipTargetTeachesTheHeadTheWindowsWhoseUpdateHelpsLeast) {
                                           : update[k].item<double>();
     benefit[k] = -g * a;
   }
-  std::vector<int64_t> order(windows);
-  std::iota(order.begin(), order.end(), 0);
+  // The windows the skip is offered to, ranked by benefit.
+  std::vector<int64_t> order;
+  for (int64_t k = 0; k < windows; ++k)
+    if (c.router_skip_window0 || route.partition->windows[k].ordinal > 0) order.push_back(k);
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t i, int64_t j) { return benefit[i] < benefit[j]; });
-  const auto picked = static_cast<size_t>(std::llround(c.router_skip_share * windows));
+  const auto picked =
+      static_cast<size_t>(std::llround(c.router_skip_share * static_cast<double>(order.size())));
   ASSERT_GT(picked, 0u);
   // The labels are those of the finite differences only if no two benefits at the cut are close.
   const double gap = benefit[order[picked]] - benefit[order[picked - 1]];
   ASSERT_GT(gap, 1e-6 * std::abs(benefit[order[picked]]) + 1e-9);
   auto expected = torch::zeros({c.d_model}, torch::kFloat64);
-  for (int64_t k = 0; k < windows; ++k) {
+  for (int64_t k : order) {
     const double q = probs[k][L].item<double>();
     const bool label = std::find(order.begin(), order.begin() + static_cast<int64_t>(picked), k) !=
                        order.begin() + static_cast<int64_t>(picked);
@@ -683,6 +729,11 @@ TEST(Routing, TheSkipTargetTeachesTheHeadTheWindowsWhoseUpdateHelpsLeast) {
   }
   EXPECT_LT(max_abs_diff(grad, expected), 1e-9 * expected.abs().max().item<double>() + 1e-12);
 }
+
+INSTANTIATE_TEST_SUITE_P(Routing, SkipTargetGradient, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Window0Offered" : "Window0Withheld";
+                         });
 
 TEST(GoldenRouting, ExecutedDepthBelowDMatchesTheReference) {
   auto c = tiny_config();

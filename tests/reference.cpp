@@ -169,13 +169,16 @@ torch::Tensor routed_core(const Context& ctx, torch::Tensor x, const torch::Tens
         depth_bias = torch::cat({depth_bias, on_skip});
       }
       auto scored = scores(c, c.router_skip_head ? probs.log() : logits, probs) + depth_bias;
+      // router_skip_window0 = false: window 0 is not offered the skip.
+      const bool offered = c.router_skip && (c.router_skip_window0 || k > 0);
+      if (c.router_skip && !offered) scored[L] = -std::numeric_limits<double>::infinity();
       // router_skip_target: the skip when p_skip > sigmoid(-b_skip), else the experts' best; the
       // margin is the experts'.
       const bool two_stage = c.router_skip_target;
       const auto ranked = two_stage ? scored.narrow(0, 0, L) : scored;
       auto sorted = std::get<0>(ranked.sort(0, /*descending=*/true));
-      const bool skips =
-          two_stage && (probs[L] > torch::sigmoid(-depth_bias[L].to(probs.dtype()))).item<bool>();
+      const bool skips = two_stage && offered &&
+                         (probs[L] > torch::sigmoid(-depth_bias[L].to(probs.dtype()))).item<bool>();
       int64_t expert = skips ? L : ranked.argmax().item<int64_t>();
       double margin = ranked.size(0) > 1 ? (sorted[0] - sorted[1]).item<double>()
                                          : std::numeric_limits<double>::infinity();

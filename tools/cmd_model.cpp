@@ -266,6 +266,7 @@ void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
     print_rows("skip bias",
                "router_skip_share=" + json(config.router_skip_share).dump() +
                    (config.router_skip_target ? "; skip where p_skip > sigmoid(-bias)" : "") +
+                   (config.router_skip_window0 ? "" : "; not offered to window 0") +
                    (config.balance_per_depth ? "; per depth 1..D" : ""),
                trained.skip_bias, true, false);
     print_rows("FiLM", "rms over d_model per depth 1..D (0 at initialisation)", trained.film, false,

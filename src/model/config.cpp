@@ -74,6 +74,8 @@ const std::vector<Field<ModelConfig>>& ModelConfig::fields() {
       field("router_skip_target", &C::router_skip_target,
             "skip head learns to pick the share of windows whose update helps least (lol, "
             "router_skip_head)"),
+      field("router_skip_window0", &C::router_skip_window0,
+            "window 0 may skip (lol, router_skip; false: windows 1.. only)"),
       field("rope_theta", &C::rope_theta, "rotary base"),
       field("norm_eps", &C::norm_eps, "RMSNorm epsilon"),
       field("tie_embeddings", &C::tie_embeddings, "tie LM head to embedding"),
@@ -150,6 +152,8 @@ void ModelConfig::validate() const {
                 "skip head to train, and gates that leave it out)");
       LOL_CHECK(!router_skip_target || router_skip_share > 0,
                 "router_skip_target needs a router_skip_share (the share of windows to pick)");
+      LOL_CHECK(router_skip_window0 || router_skip,
+                "router_skip_window0=false needs router_skip=true (a skip choice to withhold)");
       break;
     case Family::kDense:
       break;

@@ -63,6 +63,8 @@ struct ModelConfig {
                                     // sigmoid(-b_skip), and the head learns by binary
                                     // cross-entropy to pick, per micro-batch and depth, the share
                                     // s of windows whose update helps least
+  bool router_skip_window0 = true;  // lol with router_skip: window 0 (the prompt window) may
+                                    // skip; false: the skip is offered to windows 1.. only
   double rope_theta = 10000.0;      // rotary base
   double norm_eps = 1e-5;           // RMSNorm epsilon
   bool tie_embeddings = true;       // LM head shares the embedding matrix

@@ -97,6 +97,7 @@ RouterImpl::RouterImpl(const ModelConfig& c)
       skip_renorm(c.router_skip_renorm),
       skip_head(c.router_skip_head),
       skip_target(c.router_skip_target),
+      skip_window0(c.router_skip_window0),
       noise_std(c.router_noise_std) {
   const int64_t copies = c.router_tied ? 1 : c.core_depth;
   weight = register_parameter("weight", torch::zeros({copies, c.route_choices(), c.d_model}));
@@ -117,6 +118,12 @@ torch::Tensor window_inputs(const torch::Tensor& first_states, const torch::Tens
                             const torch::Tensor& ordinals, const torch::Tensor& depth_vector) {
   return torch::where((ordinals == 0).unsqueeze(1), (first_states + depth_vector) / 2,
                       prefix_means);
+}
+
+// The skip head's log-odds against the experts together, z_L - log L (odds e^z_L / L), of the
+// skip's logits (any shape) and L experts.
+torch::Tensor skip_head_log_odds(const torch::Tensor& skip_logits, int64_t experts) {
+  return skip_logits - std::log(static_cast<double>(experts));
 }
 }  // namespace
 
@@ -168,9 +175,8 @@ RouteDecisions RouterImpl::route(const torch::Tensor& states, int64_t depth,
   out.router_inputs = inputs;
   if (skip_target && torch::GradMode::is_enabled() && weight.requires_grad()) {
     const int64_t experts = weight.size(1) - 1;
-    out.head_logits =
-        torch::mv(inputs.detach(), weight[weight.size(0) == 1 ? 0 : depth - 1][experts]) -
-        std::log(static_cast<double>(experts));
+    out.head_logits = skip_head_log_odds(
+        torch::mv(inputs.detach(), weight[weight.size(0) == 1 ? 0 : depth - 1][experts]), experts);
   }
   return out;
 }
@@ -279,7 +285,7 @@ torch::Tensor RouterImpl::probabilities(const torch::Tensor& inputs, int64_t dep
   // zero logits every choice has 1 / (L + 1), as with the softmax. 1 - p_skip as sigmoid(-z'), not
   // 1 - sigmoid(z'), which rounds to 0 once z' passes ~17.
   const int64_t experts = logits.size(1) - 1;
-  auto z_skip = logits.narrow(1, experts, 1) - std::log(static_cast<double>(experts));
+  auto z_skip = skip_head_log_odds(logits.narrow(1, experts, 1), experts);
   return torch::cat({torch::softmax(logits.narrow(1, 0, experts), -1) * torch::sigmoid(-z_skip),
                      torch::sigmoid(z_skip)},
                     1);
@@ -304,13 +310,21 @@ RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& b
   out.skip = skip ? L - 1 : -1;
   out.probs = probs;
   auto biased = balanced_scores(probs, bias, space);
+  if (skip) {
+    out.skip_offered = skip_rule.window0 ? torch::ones_like(ordinals, torch::kBool) : ordinals != 0;
+    // A window the skip is not offered to ranks the experts alone.
+    if (!skip_rule.window0)
+      biased.select(1, L - 1).masked_fill_(out.skip_offered.logical_not(),
+                                           -std::numeric_limits<double>::infinity());
+  }
   // The experts' best balanced score (the first maximum, on every device) is what a skipped
   // window falls back to (router_skip_head) and, with the target, what a window not skipping runs.
   const bool two_stage = skip && skip_rule.target;
   if (skip && (skip_rule.head || skip_rule.target))
     out.fallback = biased.narrow(1, 0, L - 1).argmax(1);
   out.router_choice =
-      two_stage ? torch::where(probs.detach().select(1, L - 1) > torch::sigmoid(-bias[L - 1]),
+      two_stage ? torch::where((probs.detach().select(1, L - 1) > torch::sigmoid(-bias[L - 1]))
+                                   .logical_and(out.skip_offered),
                                torch::full_like(out.fallback, L - 1), out.fallback)
                 : biased.argmax(1);
   const auto ranked = two_stage ? biased.narrow(1, 0, L - 1) : biased;
@@ -380,10 +394,10 @@ namespace {
 struct SkipTargetFunction : torch::autograd::Function<SkipTargetFunction> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& gates,
                                const torch::Tensor& head_logits, const torch::Tensor& weights,
-                               double share) {
+                               const torch::Tensor& offered, double share) {
     ctx->set_materialize_grads(false);
     ctx->saved_data["share"] = share;
-    ctx->save_for_backward({head_logits.detach(), weights});
+    ctx->save_for_backward({head_logits.detach(), weights, offered});
     return {gates.clone(), torch::zeros({}, head_logits.options())};
   }
 
@@ -391,33 +405,40 @@ struct SkipTargetFunction : torch::autograd::Function<SkipTargetFunction> {
     const auto saved = ctx->get_saved_variables();
     const auto& z = saved[0];
     const auto& weights = saved[1];
+    const auto& offered = saved[2];
     torch::Tensor grad_logits;
     if (grads[1].defined()) {
-      // b = -g a in float64, ranked with a stable sort: the same labels on every device.
-      const auto benefit =
-          grads[0].defined()
-              ? -(weights.to(torch::kFloat64) * grads[0].to(torch::kFloat64))
-              : torch::zeros(weights.sizes(), weights.options().dtype(torch::kFloat64));
-      const int64_t n = benefit.size(0);
-      const auto picked = static_cast<int64_t>(
-          std::llround(ctx->saved_data["share"].toDouble() * static_cast<double>(n)));
+      // b = -g a in float64, ranked with a stable sort: the same labels on every device. The
+      // windows the skip is not offered to rank last and take no gradient.
+      auto benefit = grads[0].defined()
+                         ? -(weights.to(torch::kFloat64) * grads[0].to(torch::kFloat64))
+                         : torch::zeros(weights.sizes(), weights.options().dtype(torch::kFloat64));
+      benefit = benefit.masked_fill(offered.logical_not(), std::numeric_limits<double>::infinity());
+      // The picked count round(share n), n the windows offered, and each window's rank, on the
+      // device: nothing waits for it.
+      const auto picked =
+          (offered.sum().to(torch::kFloat64) * ctx->saved_data["share"].toDouble() + 0.5).floor();
       const auto order = std::get<1>(benefit.sort(/*stable=*/true, 0, /*descending=*/false));
-      const auto labels = torch::zeros_like(z).index_fill_(0, order.narrow(0, 0, picked), 1);
-      grad_logits = grads[1] * (torch::sigmoid(z) - labels);
+      const auto rank = torch::empty_like(order).scatter_(
+          0, order, torch::arange(order.size(0), order.options()));
+      const auto labels = (rank.to(torch::kFloat64) < picked).to(z.scalar_type());
+      grad_logits = grads[1] * (torch::sigmoid(z) - labels) * offered.to(z.scalar_type());
     }
-    return {grads[0], grad_logits, torch::Tensor(), torch::Tensor()};
+    return {grads[0], grad_logits, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 }  // namespace
 
 torch::Tensor skip_target(RouteDecisions& decisions, double share) {
-  LOL_CHECK(decisions.head_logits.defined() && decisions.fallback_gates.defined(),
+  LOL_CHECK(decisions.head_logits.defined() && decisions.fallback_gates.defined() &&
+                decisions.skip_offered.defined(),
             "skip_target: the decisions of a router with a skip head in training");
   const auto update = decisions.update_gates();
   // The gate each window's update has, or for a skipped window would have had.
   const auto weights =
       torch::where(decisions.experts == decisions.skip, decisions.fallback_gates, update).detach();
-  auto out = SkipTargetFunction::apply(update, decisions.head_logits, weights, share);
+  auto out = SkipTargetFunction::apply(update, decisions.head_logits, weights,
+                                       decisions.skip_offered, share);
   decisions.target_carrier = out[1];
   return out[0];
 }

@@ -80,6 +80,9 @@ struct RouteDecisions {
   // skip_target, a scalar of value 0 that carries the target's gradient: the trainer adds it to
   // the summed loss. Undefined otherwise.
   torch::Tensor head_logits, target_carrier;
+  // With router_skip, (windows) bool: the windows the skip is offered to (all, or those of
+  // ordinal > 0 with router_skip_window0 = false). Undefined otherwise.
+  torch::Tensor skip_offered;
 
   // What a routed depth runs. A skipped window keeps its states: it runs expert 0 (the fallback
   // with router_skip_head) at update gate 0 (the probe gate, of value 0), s = H + 0 (E(H) - H) = H
@@ -120,17 +123,22 @@ torch::Tensor balanced_scores(const torch::Tensor& probs, const torch::Tensor& b
 // probability is its own sigmoid and a skipped window probes the router's best expert
 // (router_skip_head: RouteDecisions::probe_gates); `target`, the skip is a decision of its own,
 // p_skip > sigmoid(-b_skip) (b_skip the skip's bias), before the best balanced expert is chosen,
-// and the probe gate is a plain 0 whose gradient skip_target reads (router_skip_target).
+// and the probe gate is a plain 0 whose gradient skip_target reads (router_skip_target);
+// `window0`, the skip is offered to window 0 too (false: to windows of ordinal 1.. only,
+// router_skip_window0 = false).
 struct SkipRule {
   bool skip = false;
   bool renorm = false;
   bool head = false;
   bool target = false;
+  bool window0 = true;
 };
 
 // Top-1 selection from router probabilities (SPEC 1.4, 1.6): argmax of the balanced scores (the
 // first maximum on ties; with skip_rule.target the skip when p_skip > sigmoid(-b_skip), else the
-// experts' argmax, and margins among the experts), then the forced path; alpha = p of the chosen
+// experts' argmax, and margins among the experts; a window the skip is not offered to,
+// skip_rule.window0 false and ordinal 0, ranks the experts alone), then the forced path (which
+// may still force the skip anywhere); alpha = p of the chosen
 // expert (over the experts' total with skip_rule.renorm) unless the gate is forced. One row per
 // window, `ordinals` (windows) int64 its window ordinal, on the device of `probs`. Tensor
 // operations only: nothing waits for the device. Fills every RouteDecisions field but partition and
@@ -144,9 +152,10 @@ RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& b
 // least. Returns `decisions.update_gates()` unchanged, through a node that, in the backward pass,
 // reads each window's d loss / d alpha (a), scores its update's benefit b = -g a (g its gate, or
 // for a skipped window the gate its fallback would have had among the experts, so a is that of
-// the zero probe gate), labels the share `share` of the windows with the lowest b 1 (skip) and the
-// rest 0 (the first in window order on ties), and gives head_logits the gradient of a binary
-// cross-entropy of sigmoid(head_logits) against the labels, summed over the windows and scaled as
+// the zero probe gate), labels the share `share` of the windows the skip is offered to
+// (skip_offered) with the lowest b 1 (skip) and the rest 0 (the first in window order on ties),
+// and gives their head_logits the gradient of a binary cross-entropy of sigmoid(head_logits)
+// against the labels (the others' none), summed over the windows and scaled as
 // the loss is (the gradient reaching target_carrier, which it sets). The labels come from the
 // micro-batch's windows of this depth, so the forward pass stays causal and per-row.
 torch::Tensor skip_target(RouteDecisions& decisions, double share);
@@ -181,7 +190,8 @@ struct RouterImpl : torch::nn::Module {
   bool skip_head;    // p_skip = sigmoid(z_L - log L), the experts share the rest (router_skip_head)
   bool skip_target;  // p_skip against its bias decides, the head learns a target
                      // (router_skip_target)
-  SkipRule skip_rule() const { return {skip, skip_renorm, skip_head, skip_target}; }
+  bool skip_window0;  // window 0 may skip (router_skip_window0)
+  SkipRule skip_rule() const { return {skip, skip_renorm, skip_head, skip_target, skip_window0}; }
   double noise_std;
   ParamRoles roles;
 };
