@@ -731,8 +731,8 @@ TEST_P(SkipTargetGradient, TeachesTheHeadTheWindowsWhoseUpdateHelpsLeast) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Routing, SkipTargetGradient, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Window0Offered" : "Window0Withheld";
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Window0Offered" : "Window0Withheld";
                          });
 
 TEST(GoldenRouting, ExecutedDepthBelowDMatchesTheReference) {
