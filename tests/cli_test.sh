@@ -148,6 +148,8 @@ cmp -s "$dir/seed_flag/checkpoints/step_00000002/model.safetensors" \
 expect_error "train over a run" "already holds a run" "$lol" train --preset tiny --steps 2 --out "$dir/run"
 expect_error "train bad setting" "optimizer must be one of muon, adamw; got .sgd." "$lol" train --preset tiny --train-set optimizer=sgd --out "$dir/run2"
 expect_error "overwrite with a bad setting" "lr must be a finite number > 0, got 0" "$lol" train --preset tiny --train-set lr=0 --overwrite --out "$dir/run"
+expect_error "a skip lr scale without a skip" "skip_lr_scale (0.5) scales the lr of the skip.s row of router.weight: the model needs router_skip=true" "$lol" train --preset tiny --train-set skip_lr_scale=0.5 --steps 2 --out "$dir/noskip_lr"
+expect_error "a skip lr scale without a skip, dry run" "skip_lr_scale (0.5) scales the lr of the skip.s row of router.weight: the model needs router_skip=true" "$lol" train --preset tiny --train-set skip_lr_scale=0.5 --dry-run --out "$dir/noskip_lr_dry"
 [ -d "$dir/run/checkpoints" ] && pass "bad overwrite keeps the old run" || failed "a rejected --overwrite deleted the old run"
 # --dry-run: the settings written, nothing trained, never over a run, bad data refused.
 expect_ok "dry run" "$lol" train --preset tiny --data task:maze:5 --set vocab_size=160 --steps 7 --train-set lr=2e-3 --dry-run --out "$dir/dry"

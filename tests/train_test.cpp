@@ -123,6 +123,36 @@ TEST(AdamW, MatchesItsFormulaOverSeveralSteps) {
   }
 }
 
+// An lr scale per element: where it is 1 the update is the plain one, where it is s the update and
+// the decay are those of lr s (the moments are the same, so a plain AdamW at lr s matches there).
+TEST(AdamW, AnLrScaleScalesEachElementsUpdateAndDecay) {
+  const auto init = torch::randn({2, 3, 4}, torch::kFloat64);
+  auto a = init.clone().requires_grad_(true), b = init.clone().requires_grad_(true),
+       c = init.clone().requires_grad_(true);
+  const AdamWOptions options{0.9, 0.95, 1e-8, 0.1};
+  AdamW plain({{"w", a}}, {true}, options), scaled({{"w", b}}, {true}, options),
+      slow({{"w", c}}, {true}, options);
+  auto scale = torch::ones({1, 3, 1}, torch::kFloat64);
+  scale[0][1] = 0.25;
+  scaled.set_lr_scale("w", scale);
+  const double lr = 0.01;
+  for (int t = 0; t < 3; ++t) {
+    const auto g = torch::randn({2, 3, 4}, torch::kFloat64);
+    a.mutable_grad() = g.clone();
+    b.mutable_grad() = g.clone();
+    c.mutable_grad() = g.clone();
+    plain.step(lr);
+    scaled.step(lr);
+    slow.step(lr * 0.25);
+  }
+  for (int64_t row : {0, 2})
+    EXPECT_TRUE(torch::equal(b.select(1, row), a.select(1, row))) << "row " << row;
+  EXPECT_LT(testing::max_abs_diff(b.select(1, 1).detach(), c.select(1, 1).detach()), 1e-12);
+  EXPECT_GT(testing::max_abs_diff(b.select(1, 1).detach(), a.select(1, 1).detach()), 1e-4);
+  EXPECT_THROW(scaled.set_lr_scale("w", torch::ones({5})), Error);
+  EXPECT_THROW(scaled.set_lr_scale("v", scale), Error);
+}
+
 TEST(Schedule, WarmupCosineWsdAndGrowth) {
   TrainConfig c;
   c.steps = 100;
@@ -909,6 +939,39 @@ TEST(Training, TheSkipTargetAndItsBiasLeadTheSkipShareTowardIt) {
   EXPECT_GT(late, 0.05);
   EXPECT_LT(late, 0.6);
   remove_tree(dir.string());
+}
+
+// skip_lr_scale through the trainer: at 0 the skip's row of router.weight keeps its values while
+// it gets a gradient and the experts' rows move; a model without a skip refuses the option.
+TEST(Training, TheSkipLrScaleActsOnTheSkipsRouterRowOnly) {
+  auto c = testing::skip_head_config(train_model_config(Family::kLol), 3, 4);
+  c.router_skip_share = 0.25;
+  c.router_skip_target = true;
+  auto config = small_run();
+  config.steps = 5;
+  config.skip_lr_scale = 0;
+  auto dir = temp_dir("skip_lr_scale");
+  LanguageModel model(c);
+  model->initialize(4);
+  auto weight = model->named_parameters()["router.weight"];
+  const auto before = weight.detach().clone();
+  Trainer trainer(model, config, dir.string(), testing::device());
+  double skip_grad = 0;
+  trainer.run({}, [&](const StepMetrics&) {
+    skip_grad += weight.grad()[0][c.library_size].abs().sum().item<double>();
+  });
+  EXPECT_GT(skip_grad, 0.0);
+  EXPECT_TRUE(torch::equal(weight.detach()[0][c.library_size], before[0][c.library_size]));
+  EXPECT_GT(testing::max_abs_diff(weight.detach()[0].narrow(0, 0, c.library_size),
+                                  before[0].narrow(0, 0, c.library_size)),
+            1e-4);
+  remove_tree(dir.string());
+
+  LanguageModel plain(train_model_config(Family::kLol));
+  plain->initialize(4);
+  auto plain_dir = temp_dir("skip_lr_scale_plain");
+  EXPECT_THROW(Trainer(plain, config, plain_dir.string(), testing::device()), Error);
+  remove_tree(plain_dir.string());
 }
 
 // A window of metrics by hand: means of the per-step figures, the tokens over the wall time,

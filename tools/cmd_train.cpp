@@ -276,6 +276,7 @@ void add_train_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
     if (o->steps > 0) tc.steps = o->steps;
     for (const auto& a : o->train_overrides) apply_override(TrainConfig::fields(), a, tc);
     tc.validate();
+    tc.validate_for(config);
     // The data must fit the model's vocabulary: checked here so that a bad pairing is one error
     // from this process, not one from each worker or a failure after the model is built.
     check_source_vocab(*open_source(tc.data, tc.seed, 0), tc.data, config.vocab_size);

@@ -429,6 +429,13 @@ struct SkipTargetFunction : torch::autograd::Function<SkipTargetFunction> {
 };
 }  // namespace
 
+torch::Tensor skip_row_scale(const ModelConfig& c, double scale) {
+  LOL_CHECK(c.router_skip, "skip_row_scale: a router with a skip (router_skip)");
+  auto out = torch::ones({1, c.route_choices(), 1}, torch::kFloat32);
+  out[0][c.library_size] = scale;
+  return out;
+}
+
 torch::Tensor skip_target(RouteDecisions& decisions, double share) {
   LOL_CHECK(decisions.head_logits.defined() && decisions.fallback_gates.defined() &&
                 decisions.skip_offered.defined(),

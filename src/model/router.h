@@ -160,6 +160,10 @@ RouteDecisions select_experts(const torch::Tensor& probs, const torch::Tensor& b
 // micro-batch's windows of this depth, so the forward pass stays causal and per-row.
 torch::Tensor skip_target(RouteDecisions& decisions, double share);
 
+// An lr multiplier for router.weight, (1, C, 1) for C = route_choices(): `scale` on the skip's
+// row (the last, with router_skip), 1 on the experts' (the training option skip_lr_scale).
+torch::Tensor skip_row_scale(const ModelConfig& c, double scale);
+
 struct RouterImpl : torch::nn::Module {
   explicit RouterImpl(const ModelConfig& c);
   // p = softmax(R_l r (+ noise)) for router inputs r: (n, d) -> (n, C), C = route_choices().

@@ -34,6 +34,21 @@ AdamW::AdamW(NamedTensors params, std::vector<bool> decay, AdamWOptions options)
     m_.push_back(torch::zeros_like(p));
     v_.push_back(torch::zeros_like(p));
   }
+  lr_scale_.resize(params_.size());
+}
+
+void AdamW::set_lr_scale(const std::string& name, const torch::Tensor& scale) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].first != name) continue;
+    const auto& p = params_[i].second;
+    bool fits = scale.dim() <= p.dim();
+    for (int64_t d = 1; fits && d <= scale.dim(); ++d)
+      fits = scale.size(-d) == 1 || scale.size(-d) == p.size(-d);
+    LOL_CHECK(fits, "AdamW: the lr scale of '", name, "' does not broadcast to its shape");
+    lr_scale_[i] = scale.to(p.options()).expand_as(p).contiguous();
+    return;
+  }
+  fail("AdamW: no parameter named '", name, "' to scale the lr of");
 }
 
 void AdamW::step(double lr) {
@@ -47,9 +62,16 @@ void AdamW::step(double lr) {
     auto g = p.grad();
     m_[i].mul_(options_.beta1).add_(g, 1 - options_.beta1);
     v_[i].mul_(options_.beta2).addcmul_(g, g, 1 - options_.beta2);
-    if (decay_[i] && options_.weight_decay > 0) p.mul_(1 - lr * options_.weight_decay);
+    const auto& scale = lr_scale_[i];
+    if (decay_[i] && options_.weight_decay > 0) {
+      if (scale.defined())
+        p.mul_(scale * (-lr * options_.weight_decay) + 1);
+      else
+        p.mul_(1 - lr * options_.weight_decay);
+    }
     auto denom = (v_[i] / bc2).sqrt_().add_(options_.eps);
-    p.addcdiv_(m_[i], denom, -lr / bc1);
+    // m scale, not (m / denom) scale: exactly the plain update where the scale is 1.
+    p.addcdiv_(scale.defined() ? m_[i] * scale : m_[i], denom, -lr / bc1);
   }
 }
 

@@ -36,6 +36,11 @@ class AdamW {
  public:
   // decay[i]: whether params[i] gets weight decay.
   AdamW(NamedTensors params, std::vector<bool> decay, AdamWOptions options);
+  // An lr multiplier per element of parameter `name` (`scale` broadcasts to its shape): the
+  // update and the decay of element x become lr scale[x] times what they were. Per tensor is
+  // the rule elsewhere; a part of a tensor with a role of its own (the skip's row of the lol
+  // router) needs this.
+  void set_lr_scale(const std::string& name, const torch::Tensor& scale);
   void step(double lr);
   void save_state(std::map<std::string, torch::Tensor>& out, const std::string& prefix) const;
   void load_state(const std::map<std::string, torch::Tensor>& in, const std::string& prefix);
@@ -46,6 +51,7 @@ class AdamW {
   std::vector<bool> decay_;
   AdamWOptions options_;
   std::vector<torch::Tensor> m_, v_;
+  std::vector<torch::Tensor> lr_scale_;  // undefined: 1
   int64_t step_ = 0;
 };
 

@@ -50,6 +50,8 @@ const std::vector<Field<TrainConfig>>& TrainConfig::fields() {
       field("adam_eps", &C::adam_eps, "AdamW epsilon"),
       field("muon_momentum", &C::muon_momentum, "Muon momentum"),
       field("grad_clip", &C::grad_clip, "max grad norm (0 = off)"),
+      field("skip_lr_scale", &C::skip_lr_scale,
+            "lr of the skip's router row / lr (lol with router_skip)"),
       field("grow_start_depth", &C::grow_start_depth, "depth at step 0 (0 = no growing)"),
       field("grow_fraction", &C::grow_fraction, "share of steps spent growing"),
       field("grow_shape", &C::grow_shape, "depth growth shape"),
@@ -96,6 +98,7 @@ void TrainConfig::validate() const {
   check_number("adam_eps", adam_eps, 0, inf, true, true);
   check_number("muon_momentum", muon_momentum, 0, 1, false, true);
   check_number("grad_clip", grad_clip, 0, inf, false, true);
+  check_number("skip_lr_scale", skip_lr_scale, 0, inf, false, true);
   check_range("grow_start_depth", grow_start_depth, 0, int64_t{1} << 10);
   check_number("grow_fraction", grow_fraction, 0, 1, true, false);
   check_range("eval_every", eval_every, 0, int64_t{1} << 40);
@@ -104,6 +107,12 @@ void TrainConfig::validate() const {
   check_range("checkpoint_every", checkpoint_every, 0, int64_t{1} << 40);
   check_range("keep_checkpoints", keep_checkpoints, 1, int64_t{1} << 20);
   check_number("bucket_mb", bucket_mb, 0, 4096, true, false);
+}
+
+void TrainConfig::validate_for(const ModelConfig& model) const {
+  LOL_CHECK(skip_lr_scale == 1.0 || (model.family == Family::kLol && model.router_skip),
+            "skip_lr_scale (", skip_lr_scale,
+            ") scales the lr of the skip's row of router.weight: the model needs router_skip=true");
 }
 
 TrainConfig TrainConfig::from_json(const json& object) {

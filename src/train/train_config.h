@@ -3,6 +3,7 @@
 // in the run directory; a resumed run reads it back.
 #include <string>
 
+#include "model/config.h"
 #include "train/precision.h"
 #include "util/fields.h"
 
@@ -34,9 +35,10 @@ struct TrainConfig {
   double weight_decay = 0.01;              // decoupled, on matrices
   double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
   double muon_momentum = 0.95;
-  double grad_clip = 1.0;                   // max global grad norm (0 = off)
-  int64_t grow_start_depth = 0;             // routed depth at step 0 (0 = no growing, train at D)
-  double grow_fraction = 0.75;              // share of steps over which the depth grows (SPEC 1.8)
+  double grad_clip = 1.0;        // max global grad norm (0 = off)
+  double skip_lr_scale = 1.0;    // lr of the skip's row of router.weight / lr (lol, router_skip)
+  int64_t grow_start_depth = 0;  // routed depth at step 0 (0 = no growing, train at D)
+  double grow_fraction = 0.75;   // share of steps over which the depth grows (SPEC 1.8)
   GrowShape grow_shape = GrowShape::kSqrt;  // sqrt (the "1 - sqrt" shape) | linear
   int64_t eval_every = 50;                  // steps between evaluations (0 = only at the end)
   int64_t eval_batches = 4;
@@ -49,6 +51,8 @@ struct TrainConfig {
       Precision::kAuto;  // auto (bf16 autocast on CUDA, fp32 elsewhere) | fp32 | bf16
 
   void validate() const;
+  // The settings that name a part of the model (skip_lr_scale needs a skip) against it.
+  void validate_for(const ModelConfig& model) const;
   json to_json() const { return fields_to_json(fields(), *this); }
   static TrainConfig from_json(const json& object);
   static const std::vector<Field<TrainConfig>>& fields();

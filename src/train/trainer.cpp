@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "model/checkpoint.h"
+#include "model/router.h"
 #include "model/stats.h"
 #include "train/precision.h"
 #include "train/sources.h"
@@ -33,6 +34,7 @@ Trainer::Trainer(LanguageModel model, TrainConfig config, std::string run_dir, t
       device_(device),
       dist_(std::move(dist)) {
   config_.validate();
+  config_.validate_for(model_->config());
   LOL_CHECK(config_.grad_accum % world() == 0, "grad_accum (", config_.grad_accum,
             ", micro-batches per step over all workers) must be a multiple of the number of "
             "workers, ",
@@ -85,6 +87,8 @@ void Trainer::build_optimizers() {
   adamw_ = std::make_unique<AdamW>(
       adam_params, decay,
       AdamWOptions{config_.beta1, config_.beta2, config_.adam_eps, config_.weight_decay});
+  if (config_.skip_lr_scale != 1.0)
+    adamw_->set_lr_scale("router.weight", skip_row_scale(model_->config(), config_.skip_lr_scale));
   if (!muon_params.empty())
     muon_ = std::make_unique<Muon>(
         muon_params, MuonOptions{config_.muon_momentum, config_.weight_decay, true, 5});
