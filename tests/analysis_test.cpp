@@ -724,6 +724,45 @@ TEST(RouteStats, TheBiasDecidedTheWindowsWhoseChoiceIsNotTheArgmaxOfP) {
       << s.to_text();
 }
 
+// The skip chosen, counted by hand: of the windows after window 0 (the share training steers),
+// per ordinal, per label, and weighted by tokens; a small gate is not the skip here.
+TEST(RouteStats, TheSkipChosenIsCountedAfterWindow0ByWindowLabelAndTokens) {
+  RouteStatsBuilder builder(2, 3, true);  // two experts and the skip (choice 2)
+  auto add = [&](const std::string& label, const std::vector<std::vector<int64_t>>& choices) {
+    SequenceRoutes s;
+    s.label = label;
+    s.length = 10;
+    for (int64_t l = 1; l <= 2; ++l)
+      for (int64_t k = 0; k < 3; ++k) {  // windows of 6, 2 and 2 tokens
+        WindowRoute w;
+        w.route.depth = l;
+        w.route.window = k;
+        w.route.position = k == 0 ? 0 : 4 + 2 * k;
+        w.route.length = k == 0 ? 6 : 2;
+        w.route.probs = {0.3, 0.3, 0.4};
+        w.route.expert = w.route.router_choice =
+            choices[static_cast<size_t>(l - 1)][static_cast<size_t>(k)];
+        w.route.gate = w.route.expert == 0 ? 0.001 : 0.4;
+        s.windows.push_back(w);
+      }
+    builder.add(s);
+  };
+  add("a", {{2, 2, 0}, {1, 0, 1}});  // window 0 skips at depth 1, window 1 at depth 1
+  add("b", {{0, 1, 2}, {1, 2, 2}});  // windows 2, 1 and 2
+  const auto r = builder.finish();
+  EXPECT_DOUBLE_EQ(r.skip_share, 4.0 / 8.0);
+  EXPECT_EQ(r.skip_share_by_window, (std::vector<double>{1.0 / 4.0, 2.0 / 4.0, 2.0 / 4.0}));
+  EXPECT_DOUBLE_EQ(r.skip_share_by_label.at("a"), 1.0 / 4.0);
+  EXPECT_DOUBLE_EQ(r.skip_share_by_label.at("b"), 3.0 / 4.0);
+  EXPECT_DOUBLE_EQ(r.skip_token_depths, (6.0 + 4 * 2.0) / 40.0);
+  EXPECT_DOUBLE_EQ(r.to_json()["skip_chosen"]["share_after_window0"].get<double>(), 0.5);
+  EXPECT_NE(r.to_text().find("the skip chosen: 0.500 of the windows after window 0, 0.350"),
+            std::string::npos)
+      << r.to_text();
+  RouteStatsBuilder no_skip(2, 3, false);
+  EXPECT_FALSE(no_skip.finish().to_json().contains("skip_chosen"));
+}
+
 // Routes extracted from a model whose bias moves decisions at one depth only (a per-depth bias,
 // SPEC 1.7 per depth): there the bias decides exactly the windows whose most probable expert is
 // not the one it favours, counted from the recorded p; at the other depths it decides none.

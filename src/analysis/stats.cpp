@@ -59,6 +59,22 @@ void RouteStatsBuilder::add(const SequenceRoutes& s) {
     const bool skip = w.route.gate < kSkipGate || (skip_ && w.route.expert == library_ - 1);
     skipped_by_depth_[depth] += skip;
     skipped_decided_ += skip && decided;
+    if (skip_) {
+      const bool chose = w.route.expert == library_ - 1;
+      const auto k = static_cast<size_t>(w.route.window);
+      if (skip_by_window_.size() <= k) skip_by_window_.resize(k + 1, {0, 0});
+      skip_by_window_[k].first += chose;
+      ++skip_by_window_[k].second;
+      if (k > 0) {
+        auto& by_label = skip_by_label_[s.label];
+        by_label.first += chose;
+        ++by_label.second;
+      }
+      if (w.route.length > 0) {
+        window_tokens_ += w.route.length;
+        skip_tokens_ += chose ? w.route.length : 0;
+      }
+    }
     decided_here.first += decided;
     ++decided_here.second;
     auto& cell = cells[{w.route.depth, w.route.window}];
@@ -193,6 +209,16 @@ RouteStats RouteStatsBuilder::finish() const {
   r.skipped_of_bias_decided = rate(skipped_decided_, decided);
   for (const auto& [label, counts] : decided_by_label_)
     r.bias_decided_by_label[label] = rate(counts.first, counts.second);
+  int64_t chose = 0, later = 0;
+  for (size_t k = 0; k < skip_by_window_.size(); ++k) {
+    const auto& [c, n] = skip_by_window_[k];
+    r.skip_share_by_window.push_back(rate(c, n));
+    if (k > 0) chose += c, later += n;
+  }
+  r.skip_share = rate(chose, later);
+  for (const auto& [label, counts] : skip_by_label_)
+    r.skip_share_by_label[label] = rate(counts.first, counts.second);
+  r.skip_token_depths = rate(skip_tokens_, window_tokens_);
   std::vector<const std::vector<std::vector<double>>*> usage;
   for (const auto& [label, shares] : r.utilisation)
     if (label != "*") r.similarity_labels.push_back(label), usage.push_back(&shares);
@@ -271,6 +297,11 @@ json RouteStats::to_json() const {
               {"share", skipped},
               {"by_depth", skipped_by_depth},
               {"share_of_bias_decided", skipped_of_bias_decided}}}};
+  if (skip)
+    j["skip_chosen"] = {{"share_after_window0", skip_share},
+                        {"by_window", skip_share_by_window},
+                        {"by_label", skip_share_by_label},
+                        {"token_depths", skip_token_depths}};
   if (flips_measured > 0)
     j["flips"] = {{"measured", flips_measured},
                   {"rate", flip_rate},
@@ -327,6 +358,14 @@ std::string RouteStats::to_text() const {
       << "): " << skipped << "\n  by depth:";
   for (double x : skipped_by_depth) out << " " << x;
   out << "\n  of the windows the bias decided: " << skipped_of_bias_decided << "\n";
+  if (skip) {
+    out << "the skip chosen: " << skip_share << " of the windows after window 0, "
+        << skip_token_depths << " of the core's token-depths\n  by window:";
+    for (double x : skip_share_by_window) out << " " << x;
+    out << "\n  by label (after window 0):";
+    for (const auto& [label, share] : skip_share_by_label) out << " " << label << ":" << share;
+    out << "\n";
+  }
   if (flips_measured > 0) {
     out << "route flips under a perturbation of the router input: " << flip_rate << " of "
         << flips_measured << " windows\n  by depth:";

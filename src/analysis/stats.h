@@ -59,6 +59,15 @@ struct RouteStats {
   double skipped = 0;
   std::vector<double> skipped_by_depth;
   double skipped_of_bias_decided = 0;
+  // With `skip`: the windows routed to the skip itself (a small gate aside). The share of the
+  // windows after window 0 (ordinal >= 1, the windows a `router_skip_share` steers with
+  // balance_window0=false, so a checkpoint's figure compares with training's skip_share), per
+  // ordinal (0, 1, ...) and per label (ordinal >= 1), and the share of the core's token-depths
+  // (windows weighted by their tokens: what the skip saves of the core's work).
+  double skip_share = 0;
+  std::vector<double> skip_share_by_window;
+  std::map<std::string, double> skip_share_by_label;
+  double skip_token_depths = 0;
   // Do labels share paths? The cosine similarity of two labels' utilisation (their [depth][expert]
   // shares as one vector), for every pair of labels ("*" left out). Symmetric, 1 on the diagonal.
   std::vector<std::string> similarity_labels;
@@ -107,6 +116,11 @@ class RouteStatsBuilder {
   // skips per depth, and skips among the windows the bias decided
   std::vector<int64_t> skipped_by_depth_;
   int64_t skipped_decided_ = 0;
+  // with `skip`: windows that chose it and windows, per ordinal and per label (ordinal >= 1);
+  // tokens of those windows and of all windows
+  std::vector<std::pair<int64_t, int64_t>> skip_by_window_;
+  std::map<std::string, std::pair<int64_t, int64_t>> skip_by_label_;
+  int64_t skip_tokens_ = 0, window_tokens_ = 0;
   std::map<std::string, std::pair<int64_t, int64_t>> decided_by_label_;
 };
 
