@@ -751,7 +751,9 @@ TEST(RouteStats, TheSkipChosenIsCountedAfterWindow0ByWindowLabelAndTokens) {
   add("b", {{0, 1, 2}, {1, 2, 2}});  // windows 2, 1 and 2
   const auto r = builder.finish();
   EXPECT_DOUBLE_EQ(r.skip_share, 4.0 / 8.0);
-  EXPECT_EQ(r.skip_share_by_window, (std::vector<double>{1.0 / 4.0, 2.0 / 4.0, 2.0 / 4.0}));
+  EXPECT_EQ(r.skip_share_by_window,
+            (std::map<int64_t, double>{{0, 1.0 / 4.0}, {1, 2.0 / 4.0}, {2, 2.0 / 4.0}}));
+  EXPECT_DOUBLE_EQ(r.to_json()["skip_chosen"]["by_window"]["1"].get<double>(), 0.5);
   EXPECT_DOUBLE_EQ(r.skip_share_by_label.at("a"), 1.0 / 4.0);
   EXPECT_DOUBLE_EQ(r.skip_share_by_label.at("b"), 3.0 / 4.0);
   EXPECT_DOUBLE_EQ(r.skip_token_depths, (6.0 + 4 * 2.0) / 40.0);
@@ -761,6 +763,21 @@ TEST(RouteStats, TheSkipChosenIsCountedAfterWindow0ByWindowLabelAndTokens) {
       << r.to_text();
   RouteStatsBuilder no_skip(2, 3, false);
   EXPECT_FALSE(no_skip.finish().to_json().contains("skip_chosen"));
+  // Ordinals come from files: a huge one is one more entry, not an allocation of its size.
+  RouteStatsBuilder far(1, 3, true);
+  SequenceRoutes one;
+  one.label = "c";
+  one.length = 1;
+  WindowRoute w;
+  w.route.depth = 1;
+  w.route.window = int64_t{1} << 40;
+  w.route.length = 1;
+  w.route.probs = {0.3, 0.3, 0.4};
+  w.route.expert = w.route.router_choice = 2;
+  w.route.gate = 0.4;
+  one.windows.push_back(w);
+  far.add(one);
+  EXPECT_EQ(far.finish().skip_share_by_window.at(int64_t{1} << 40), 1.0);
 }
 
 // Routes extracted from a model whose bias moves decisions at one depth only (a per-depth bias,

@@ -61,11 +61,10 @@ void RouteStatsBuilder::add(const SequenceRoutes& s) {
     skipped_decided_ += skip && decided;
     if (skip_) {
       const bool chose = w.route.expert == library_ - 1;
-      const auto k = static_cast<size_t>(w.route.window);
-      if (skip_by_window_.size() <= k) skip_by_window_.resize(k + 1, {0, 0});
-      skip_by_window_[k].first += chose;
-      ++skip_by_window_[k].second;
-      if (k > 0) {
+      auto& by_window = skip_by_window_[w.route.window];
+      by_window.first += chose;
+      ++by_window.second;
+      if (w.route.window > 0) {
         auto& by_label = skip_by_label_[s.label];
         by_label.first += chose;
         ++by_label.second;
@@ -210,10 +209,9 @@ RouteStats RouteStatsBuilder::finish() const {
   for (const auto& [label, counts] : decided_by_label_)
     r.bias_decided_by_label[label] = rate(counts.first, counts.second);
   int64_t chose = 0, later = 0;
-  for (size_t k = 0; k < skip_by_window_.size(); ++k) {
-    const auto& [c, n] = skip_by_window_[k];
-    r.skip_share_by_window.push_back(rate(c, n));
-    if (k > 0) chose += c, later += n;
+  for (const auto& [k, counts] : skip_by_window_) {
+    r.skip_share_by_window[k] = rate(counts.first, counts.second);
+    if (k > 0) chose += counts.first, later += counts.second;
   }
   r.skip_share = rate(chose, later);
   for (const auto& [label, counts] : skip_by_label_)
@@ -297,11 +295,14 @@ json RouteStats::to_json() const {
               {"share", skipped},
               {"by_depth", skipped_by_depth},
               {"share_of_bias_decided", skipped_of_bias_decided}}}};
-  if (skip)
+  if (skip) {
+    json by_window = json::object();
+    for (const auto& [k, share] : skip_share_by_window) by_window[std::to_string(k)] = share;
     j["skip_chosen"] = {{"share_after_window0", skip_share},
-                        {"by_window", skip_share_by_window},
+                        {"by_window", by_window},
                         {"by_label", skip_share_by_label},
                         {"token_depths", skip_token_depths}};
+  }
   if (flips_measured > 0)
     j["flips"] = {{"measured", flips_measured},
                   {"rate", flip_rate},
@@ -361,7 +362,7 @@ std::string RouteStats::to_text() const {
   if (skip) {
     out << "the skip chosen: " << skip_share << " of the windows after window 0, "
         << skip_token_depths << " of the core's token-depths\n  by window:";
-    for (double x : skip_share_by_window) out << " " << x;
+    for (const auto& [k, share] : skip_share_by_window) out << " " << k << ":" << share;
     out << "\n  by label (after window 0):";
     for (const auto& [label, share] : skip_share_by_label) out << " " << label << ":" << share;
     out << "\n";

@@ -65,7 +65,7 @@ struct RouteStats {
   // ordinal (0, 1, ...) and per label (ordinal >= 1), and the share of the core's token-depths
   // (windows weighted by their tokens: what the skip saves of the core's work).
   double skip_share = 0;
-  std::vector<double> skip_share_by_window;
+  std::map<int64_t, double> skip_share_by_window;  // the ordinals the routes hold
   std::map<std::string, double> skip_share_by_label;
   double skip_token_depths = 0;
   // Do labels share paths? The cosine similarity of two labels' utilisation (their [depth][expert]
@@ -118,7 +118,7 @@ class RouteStatsBuilder {
   int64_t skipped_decided_ = 0;
   // with `skip`: windows that chose it and windows, per ordinal and per label (ordinal >= 1);
   // tokens of those windows and of all windows
-  std::vector<std::pair<int64_t, int64_t>> skip_by_window_;
+  std::map<int64_t, std::pair<int64_t, int64_t>> skip_by_window_;  // a file's ordinals, unbounded
   std::map<std::string, std::pair<int64_t, int64_t>> skip_by_label_;
   int64_t skip_tokens_ = 0, window_tokens_ = 0;
   std::map<std::string, std::pair<int64_t, int64_t>> decided_by_label_;
