@@ -778,6 +778,19 @@ TEST(RouteStats, TheSkipChosenIsCountedAfterWindow0ByWindowLabelAndTokens) {
   one.windows.push_back(w);
   far.add(one);
   EXPECT_EQ(far.finish().skip_share_by_window.at(int64_t{1} << 40), 1.0);
+  // A long sequence's windows print ten a line.
+  RouteStatsBuilder many(1, 3, true);
+  SequenceRoutes longer;
+  longer.label = "d";
+  longer.length = 12;
+  for (int64_t k = 0; k < 12; ++k) {
+    w.route.window = w.route.position = k;
+    longer.windows.push_back(w);
+  }
+  many.add(longer);
+  const auto text = many.finish().to_text();
+  EXPECT_NE(text.find("  by window: 0:1.000 1:1.000"), std::string::npos) << text;
+  EXPECT_NE(text.find(" 9:1.000\n    10:1.000 11:1.000\n"), std::string::npos) << text;
 }
 
 // Routes extracted from a model whose bias moves decisions at one depth only (a per-depth bias,

@@ -362,7 +362,12 @@ std::string RouteStats::to_text() const {
   if (skip) {
     out << "the skip chosen: " << skip_share << " of the windows after window 0, "
         << skip_token_depths << " of the core's token-depths\n  by window:";
-    for (const auto& [k, share] : skip_share_by_window) out << " " << k << ":" << share;
+    size_t n = 0;  // ten windows a line: a long text sequence holds many
+    for (const auto& [k, share] : skip_share_by_window) {
+      if (n > 0 && n % 10 == 0) out << "\n   ";
+      out << " " << k << ":" << share;
+      ++n;
+    }
     out << "\n  by label (after window 0):";
     for (const auto& [label, share] : skip_share_by_label) out << " " << label << ":" << share;
     out << "\n";

@@ -45,7 +45,7 @@ void AdamW::set_lr_scale(const std::string& name, const torch::Tensor& scale) {
     for (int64_t d = 1; fits && d <= scale.dim(); ++d)
       fits = scale.size(-d) == 1 || scale.size(-d) == p.size(-d);
     LOL_CHECK(fits, "AdamW: the lr scale of '", name, "' does not broadcast to its shape");
-    lr_scale_[i] = scale.to(p.options()).expand_as(p).contiguous();
+    lr_scale_[i] = scale.to(p.options());  // broadcast by the update's ops
     return;
   }
   fail("AdamW: no parameter named '", name, "' to scale the lr of");
