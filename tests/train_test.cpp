@@ -9,6 +9,7 @@
 #include "helpers.h"
 #include "tasks/copy_task.h"
 #include "train/precision.h"
+#include "train/sources.h"
 #include "train/trainer.h"
 #include "util/files.h"
 
@@ -971,6 +972,83 @@ TEST(Training, TheSkipLrScaleActsOnTheSkipsRouterRowOnly) {
   plain->initialize(4);
   auto plain_dir = temp_dir("skip_lr_scale_plain");
   EXPECT_THROW(Trainer(plain, config, plain_dir.string(), testing::device()), Error);
+  remove_tree(plain_dir.string());
+}
+
+// The evaluation's skip share is the share of the held-out windows after window 0 that took the
+// skip, counted here window by window from the routes of the same rows; a skip bias far above or
+// below every score gives 1 and 0. It reaches metrics.jsonl at each evaluation.
+TEST(Training, TheEvaluationCountsTheSkipOnTheWindowsTheBalancingCounts) {
+  auto c = testing::skip_head_config(train_model_config(Family::kLol), 3, 4);
+  c.router_skip_share = 0.25;
+  auto config = small_run();
+  config.steps = 2;
+  config.eval_every = 2;
+  config.eval_batches = 3;
+  auto dir = temp_dir("eval_skip");
+  LanguageModel model(c);
+  model->initialize(5);
+  Trainer trainer(model, config, dir.string(), testing::device());
+  auto by_hand = [&] {
+    torch::NoGradGuard no_grad;
+    model->eval();
+    auto source = open_source(config.data, config.seed, 1);
+    Packer packer(*source, config.batch_rows, config.seq_len);
+    int64_t counted = 0, skipped = 0;
+    for (int64_t i = 0; i < config.eval_batches; ++i) {
+      Layout layout(packer.next().batch, c.vocab_size, testing::device());
+      const auto result = model->forward(layout, ForwardOptions{});
+      for (const auto& r : result.routes) {
+        EXPECT_EQ(r.skip, c.library_size);
+        const auto ordinals = r.partition->ordinals_t.to(torch::kCPU);
+        const auto experts = r.experts.to(torch::kCPU);
+        for (int64_t w = 0; w < experts.size(0); ++w) {
+          if (ordinals[w].item<int64_t>() == 0) continue;
+          ++counted;
+          skipped += experts[w].item<int64_t>() == r.skip;
+        }
+      }
+    }
+    model->train();
+    EXPECT_GT(counted, 0);
+    return static_cast<double>(skipped) / static_cast<double>(counted);
+  };
+  auto skip_bias = model->core().skip_biases().at(0);
+  auto set_bias = [&](double b) {
+    torch::NoGradGuard no_grad;
+    skip_bias.fill_(b);
+  };
+  for (double b : {100.0, -100.0}) {
+    set_bias(b);
+    ASSERT_TRUE(trainer.evaluate().skip_share.has_value());
+    EXPECT_EQ(*trainer.evaluate().skip_share, b > 0 ? 1.0 : 0.0) << b;
+  }
+  // A bias between, found by bisection, where some windows skip and some do not.
+  double lo = -100, hi = 100, mixed = 0;
+  for (int i = 0; i < 60; ++i) {
+    set_bias((lo + hi) / 2);
+    mixed = by_hand();
+    if (mixed > 0 && mixed < 1) break;
+    (mixed == 0 ? lo : hi) = (lo + hi) / 2;
+  }
+  ASSERT_GT(mixed, 0.0);
+  ASSERT_LT(mixed, 1.0);
+  EXPECT_DOUBLE_EQ(*trainer.evaluate().skip_share, mixed);
+  trainer.run({}, {});
+  std::ifstream lines(dir / "metrics.jsonl");
+  std::string line, last;
+  while (std::getline(lines, line)) last = line;
+  const auto j = json::parse(last);
+  ASSERT_TRUE(j.contains("eval_skip_share")) << last;
+  EXPECT_GE(j["eval_skip_share"].get<double>(), 0.0);
+  remove_tree(dir.string());
+
+  LanguageModel plain(train_model_config(Family::kLol));
+  plain->initialize(5);
+  auto plain_dir = temp_dir("eval_skip_plain");
+  EXPECT_FALSE(Trainer(plain, config, plain_dir.string(), testing::device())
+                   .evaluate()
+                   .skip_share.has_value());
   remove_tree(plain_dir.string());
 }
 

@@ -110,6 +110,9 @@ void report(Trainer& trainer, torch::Device device) {
   const auto eval = trainer.evaluate();
   std::cout << "eval loss " << fixed(eval.loss, 4) << ", next-token accuracy "
             << fixed(100 * eval.accuracy, 1) << "% (held-out, per target token, teacher-forced)\n";
+  if (eval.skip_share)
+    std::cout << "the skip taken by " << fixed(100 * *eval.skip_share, 1)
+              << "% of the held-out windows the balancing counts\n";
   tasks::TaskData task;
   if (tasks::parse_task_data(tc.data, &task)) {
     report_task(trainer, task, device);

@@ -36,6 +36,7 @@ json StepMetrics::to_json() const {
   }
   if (eval_loss) j["eval_loss"] = *eval_loss;
   if (eval_accuracy) j["eval_accuracy"] = *eval_accuracy;
+  if (eval_skip_share) j["eval_skip_share"] = *eval_skip_share;
   return j;
 }
 

@@ -30,6 +30,7 @@ struct StepMetrics {
   int64_t comm_bytes = 0;
   int64_t comm_buckets = 0, comm_overlapped = 0;  // buckets, and those started during backward
   std::optional<double> eval_loss, eval_accuracy;
+  std::optional<double> eval_skip_share;  // router_skip: EvalResult::skip_share
   int64_t steps = 1;  // the steps these metrics cover (MetricsWindow), ending at `step`
   json to_json() const;
 };

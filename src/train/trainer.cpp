@@ -264,13 +264,16 @@ EvalResult Trainer::evaluate() {
   const auto& mc = model_->config();
   ForwardOptions options;
   options.executed_depth = grown_depth(config_, mc.core_depth, std::max<int64_t>(0, step_ - 1));
+  BalanceLoads loads;  // for the skip's share
   for (int64_t i = 0; i < config_.eval_batches; ++i) {
     auto b = packer.next();
     Layout layout(b.batch, mc.vocab_size, device_);
     torch::Tensor logits;
     {
       AutocastGuard autocast(device_, uses_bf16_autocast(config_.precision, device_));
-      logits = model_->forward(layout, options).logits.to(torch::kFloat32);
+      auto result = model_->forward(layout, options);
+      logits = result.logits.to(torch::kFloat32);
+      if (mc.router_skip) model_->core().count_loads(result.routes, loads);
     }
     auto targets = b.targets.to(device_);
     loss_sum += torch::nn::functional::cross_entropy(
@@ -284,7 +287,9 @@ EvalResult Trainer::evaluate() {
   }
   model_->train();
   const double n = static_cast<double>(std::max<int64_t>(1, count));
-  return EvalResult{loss_sum / n, static_cast<double>(correct) / n};
+  EvalResult out{loss_sum / n, static_cast<double>(correct) / n, std::nullopt};
+  if (!loads.counted.empty()) out.skip_share = skip_share(loads);
+  return out;
 }
 
 void Trainer::run(const std::function<bool()>& should_stop,
@@ -306,6 +311,7 @@ void Trainer::run(const std::function<bool()>& should_stop,
       const auto result = evaluate();
       m.eval_loss = result.loss;
       m.eval_accuracy = result.accuracy;
+      m.eval_skip_share = result.skip_share;
     }
     if (on_step) on_step(m);
     // Every rank stops at the same step when any was asked to.

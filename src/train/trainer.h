@@ -17,9 +17,12 @@
 namespace lol {
 
 // Held-out evaluation: loss per target token and the share of targets the model's most
-// likely next token gets right (teacher-forced), both over the loss-masked targets.
+// likely next token gets right (teacher-forced), both over the loss-masked targets; with
+// router_skip, the share of the windows training counts (balance_window0) that took the skip,
+// as the model decides without router noise (training's skip_share is with it).
 struct EvalResult {
   double loss = 0, accuracy = 0;
+  std::optional<double> skip_share;
 };
 
 // train_state.json of a checkpoint: where a run stood (docs/training.md).
