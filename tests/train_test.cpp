@@ -1020,8 +1020,9 @@ TEST(Training, TheEvaluationCountsTheSkipOnTheWindowsTheBalancingCounts) {
   };
   for (double b : {100.0, -100.0}) {
     set_bias(b);
-    ASSERT_TRUE(trainer.evaluate().skip_share.has_value());
-    EXPECT_EQ(*trainer.evaluate().skip_share, b > 0 ? 1.0 : 0.0) << b;
+    const auto share = trainer.evaluate().skip_share;
+    ASSERT_TRUE(share.has_value());
+    EXPECT_EQ(*share, b > 0 ? 1.0 : 0.0) << b;
   }
   // A bias between, found by bisection, where some windows skip and some do not.
   double lo = -100, hi = 100, mixed = 0;

@@ -56,11 +56,11 @@ void RouteStatsBuilder::add(const SequenceRoutes& s) {
     const auto depth = static_cast<size_t>(w.route.depth - 1);
     decided_by_depth_[depth] += decided;
     ++windows_by_depth_[depth];
-    const bool skip = w.route.gate < kSkipGate || (skip_ && w.route.expert == library_ - 1);
+    const bool chose = skip_ && w.route.expert == library_ - 1;  // the skip itself
+    const bool skip = w.route.gate < kSkipGate || chose;
     skipped_by_depth_[depth] += skip;
     skipped_decided_ += skip && decided;
     if (skip_) {
-      const bool chose = w.route.expert == library_ - 1;
       auto& by_window = skip_by_window_[w.route.window];
       by_window.first += chose;
       ++by_window.second;
